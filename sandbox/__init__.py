@@ -1,0 +1,1 @@
+"""Where candidate code runs: isolated backends and the worker that runs inside them."""

@@ -1,0 +1,62 @@
+"""Tune a candidate's PARAMS with Optuna's TPE, starting from its defaults so tuning never makes it worse."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import optuna
+
+from verifiers.program import ParamRange
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    """The best parameters found, their objective (NaN when no trial gave a finite one), and the trials run."""
+
+    best_params: dict[str, float]
+    best_value: float
+    trials_run: int
+
+
+def tune(
+    evaluate: Callable[[dict[str, float]], float],
+    params: tuple[ParamRange, ...],
+    direction: Literal["maximize", "minimize"],
+    trials: int,
+    seed: int,
+) -> TuneOutcome:
+    """Search `params` for `trials` trials, the first at the defaults; non-finite objectives never win."""
+    if trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
+    defaults = {p.name: p.initial for p in params}
+    if not params:
+        value = float(evaluate(defaults))
+        return TuneOutcome(defaults, value if math.isfinite(value) else math.nan, 1)
+
+    def objective(trial: optuna.Trial) -> float:
+        values = {p.name: trial.suggest_float(p.name, p.low, p.high, log=p.log) for p in params}
+        value = float(evaluate(values))
+        if not math.isfinite(value):
+            raise optuna.TrialPruned(f"non-finite objective {value}")
+        return value
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(
+            storage=optuna.storages.InMemoryStorage(),
+            sampler=optuna.samplers.TPESampler(seed=seed),
+            direction=direction,
+        )
+        study.enqueue_trial(defaults)
+        study.optimize(objective, n_trials=trials)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        return TuneOutcome(defaults, math.nan, len(study.trials))
+    best = study.best_trial
+    return TuneOutcome(dict(best.params), float(best.value), len(study.trials))

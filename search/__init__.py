@@ -1,0 +1,1 @@
+"""The search loop: proposers, program database, store, CLI and CI job."""

@@ -1,0 +1,335 @@
+"""One search run: propose, screen, evaluate in the sandbox, record, repeat until the budget is spent.
+
+Candidates are proposed in batches of `workers` from the database as it stood before the batch, and
+their results are added in order, so a run is reproducible from its seed whatever the timing, and a
+resumed run re-runs the pending candidates of the batch it was killed in before proposing new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import targets
+from sandbox.base import Sandbox
+from sandbox.job import Job, Limits, Result, Tuning
+from targets.base import Target
+from verifiers.program import Program
+from verifiers.static import StaticError, check
+
+from .database import ProgramDatabase
+from .fingerprint import fingerprint
+from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
+from .store import Candidate, Evaluation, Run, Store
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; stored as JSON so the run can be resumed and reproduced."""
+
+    target: str
+    workload: str
+    target_config: dict[str, Any]
+    budget: int = 300
+    seed: int = 0
+    trials: int = 8
+    workers: int = 2
+    islands: int = 4
+    proposer: str = "evolve"
+    time_budget_s: float | None = None
+    gate_top_k: int = 8
+    migrate_every: int = 25
+    limits: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        return cls(**data)
+
+
+class Reporter:
+    """Receives progress; the CLI draws it on stderr, tests stay silent."""
+
+    def started(self, run_id: str, done: int, budget: int) -> None: ...
+
+    def candidate(self, done: int, budget: int, best: float | None, status: str) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Summary:
+    run_id: str
+    status: str
+    best: dict[str, Any] | None
+    baselines: dict[str, dict[str, float]]
+    counts: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def brief(target: Target) -> TargetBrief:
+    return TargetBrief(
+        name=target.name,
+        description=target.description,
+        signatures=target.signatures,
+        registries={s.name: target.registry(s.name) for s in target.signatures},
+        objective=target.objective.metric,
+        direction=target.objective.direction,
+    )
+
+
+class Search:
+    """Drives one run against a store, a sandbox and a proposer; holds no state the store lacks."""
+
+    def __init__(
+        self,
+        store: Store,
+        run: Run,
+        sandbox: Sandbox,
+        proposer: Proposer,
+        reporter: Reporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.config = RunConfig.from_json(json.loads(run.config))
+        self.sandbox = sandbox
+        self.proposer = proposer
+        self.reporter = reporter or Reporter()
+        self.clock = clock
+        self.target = targets.load(self.config.target)
+        self.instances = self.target.instances(self.config.workload, self.config.target_config)
+        self.maximize = self.target.objective.direction == "maximize"
+        self.database = ProgramDatabase(islands=self.config.islands)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(**self.config.limits)
+
+    def execute(self) -> Summary:
+        """Run (or resume) until the candidate budget or the time budget is spent."""
+        started = self.clock()
+        self.store.set_run_status(self.run.id, "running")
+        self._ensure_baselines()
+        rows = list(self.store.candidates(self.run.id))
+        for row in rows:
+            self._admit(row)
+        done = sum(1 for row in rows if row.proposer != BASELINE)
+        self.reporter.started(self.run.id, done, self.config.budget)
+        pending = [row for row in rows if row.status == "pending"]
+        seq = max((row.seq for row in rows), default=-1) + 1
+        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
+            while pending or done < self.config.budget:
+                if self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
+                    self.store.set_run_status(self.run.id, "stopped", "time budget spent")
+                    self.store.log(self.run.id, "stopped", "time budget spent")
+                    return self.summary()
+                batch = pending or self._propose_batch(seq, min(self.config.workers, self.config.budget - done))
+                pending = []
+                if not batch:
+                    self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
+                    break
+                seq = max(seq, max(row.seq for row in batch) + 1)
+                jobs = [row for row in batch if row.status == "pending"]
+                results = list(pool.map(self.sandbox.run, [self._job(row) for row in jobs]))
+                for row, result in zip(jobs, results, strict=True):
+                    self._record(row, result)
+                for row in batch:
+                    self._admit(row)
+                    done += 1
+                    self.reporter.candidate(done, self.config.budget, self._best_score(), row.status)
+                    if done % self.config.migrate_every == 0:
+                        self.database.migrate()
+        self.store.set_run_status(self.run.id, "finished")
+        return self.summary()
+
+    def _ensure_baselines(self) -> None:
+        """Evaluate every baseline once per run; they seed the islands and anchor the report."""
+        have = {row.name for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
+        have |= {e.policy for e in self.store.evaluations(self.run.id) if e.policy}
+        formats = {n: s for n, s in self.target.baselines().items() if n not in have}
+        builtins = [n for n in self.target.builtin_baselines() if n not in have]
+        if not formats and not builtins:
+            return
+        self.reporter.note(f"evaluating {len(formats) + len(builtins)} baselines")
+        rows = []
+        for i, (name, source) in enumerate(formats.items()):
+            row = Candidate(
+                run_id=self.run.id, seq=-1 - len(have) - i, name=name, source=source,
+                fingerprint=fingerprint(source), island=i % self.config.islands, proposer=BASELINE,
+            )
+            rows.append(self.store.add_candidate(row))
+        eval_only = tuple(i for i in self.instances if i.role == "eval")
+        jobs = [self._job(row, tune=False) for row in rows]
+        jobs += [Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins]
+        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
+            results = list(pool.map(self.sandbox.run, jobs))
+        for row, result in zip(rows, results, strict=False):
+            self._record(row, result)
+        for name, result in zip(builtins, results[len(rows):], strict=True):
+            if result.status != "ok":
+                raise RuntimeError(f"built-in baseline {name} failed: {result.message}")
+            self.store.add_evaluations(self._evaluations(None, result, policy=name))
+
+    def _propose_batch(self, seq: int, size: int) -> list[Candidate]:
+        batch: list[Candidate] = []
+        taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
+        for offset in range(size):
+            row = self._propose(seq + offset, taken)
+            if row is not None:
+                taken.add(row.fingerprint)
+                batch.append(row)
+        return batch
+
+    def _propose(self, seq: int, taken: set[str]) -> Candidate | None:
+        """Propose until a new (unseen) program comes out, and record it before anything runs."""
+        rng = random.Random(f"{self.config.seed}:{seq}")
+        island, parent, inspirations = self.database.sample(rng)
+        for attempt in range(20):
+            request = ProposalRequest(
+                target=brief(self.target), parent=parent, inspirations=inspirations,
+                failures=self._recent_failures(), seed=rng.randrange(2**31) + attempt,
+            )
+            try:
+                proposal = self.proposer.propose(request)
+            except ProposalFailed as exc:
+                self.store.log(self.run.id, "proposal-failed", str(exc))
+                continue
+            mark = fingerprint(proposal.source)
+            if mark in taken:
+                continue
+            row = Candidate(
+                run_id=self.run.id, seq=seq, source=proposal.source, fingerprint=mark,
+                parent_id=parent.candidate_id, island=island, proposer=proposal.proposer,
+                model=proposal.model, note=proposal.note, tokens=proposal.tokens, cost_usd=proposal.cost_usd,
+            )
+            rejection = self._screen(proposal.source)
+            if rejection:
+                row.status, row.message = "rejected", rejection
+            return self.store.add_candidate(row)
+        return None
+
+    def _screen(self, source: str) -> str:
+        """Checks that need no sandbox; an empty string means the candidate may run."""
+        try:
+            self._program(source)
+        except StaticError as exc:
+            return f"static check: {exc}"
+        return ""
+
+    def _program(self, source: str) -> Program:
+        return check(source, self.target.signatures)
+
+    def _job(self, row: Candidate, tune: bool = True) -> Job:
+        tuning = None
+        if tune:
+            tuning = Tuning(trials=self.config.trials, seed=self.config.seed * 100_003 + row.seq, gate=self._gate())
+        return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
+
+    def _gate(self) -> float | None:
+        """The cascade: a candidate reaches the full workload only if its train score makes the top k."""
+        scores = sorted(
+            (row.train_score for row in self._evaluated() if row.train_score is not None),
+            reverse=self.maximize,
+        )
+        return scores[self.config.gate_top_k - 1] if len(scores) >= self.config.gate_top_k else None
+
+    def _evaluated(self) -> list[Candidate]:
+        return [row for row in self.store.candidates(self.run.id) if row.status == "evaluated"]
+
+    def _record(self, row: Candidate, result: Result) -> None:
+        metric = self.target.objective.metric
+        train = [i.metrics[metric] for i in result.instances if i.role == "train" and metric in i.metrics]
+        evals = [i.metrics[metric] for i in result.instances if i.role == "eval" and metric in i.metrics]
+        row.train_score = sum(train) / len(train) if train else None
+        row.params = json.dumps(result.params, sort_keys=True)
+        row.message = result.message
+        if result.status != "ok":
+            row.status = result.status
+        elif result.gated or not evals:
+            row.status = "gated"
+        else:
+            row.status, row.score = "evaluated", sum(evals) / len(evals)
+        self.store.finish_candidate(row, self._evaluations(row.id, result))
+
+    def _evaluations(self, candidate_id: int | None, result: Result, policy: str = "") -> list[Evaluation]:
+        return [
+            Evaluation(
+                run_id=self.run.id, candidate_id=candidate_id, policy=policy, instance=i.label, role=i.role,
+                params=json.dumps(result.params, sort_keys=True), metrics=json.dumps(i.metrics, sort_keys=True),
+                seconds=i.seconds, backend=result.backend,
+            )
+            for i in result.instances
+        ]
+
+    def _admit(self, row: Candidate) -> None:
+        if row.status != "evaluated" or row.score is None or row.id is None:
+            return
+        score = row.score if self.maximize else -row.score
+        entry = Entry(row.id, row.source, score, params=json.loads(row.params))
+        self.database.add(entry, row.island)
+
+    def _best_score(self) -> float | None:
+        best = self.database.best()
+        if best is None:
+            return None
+        return best.score if self.maximize else -best.score
+
+    def _recent_failures(self) -> tuple[str, ...]:
+        failed = [r for r in self.store.candidates(self.run.id) if r.status not in ("evaluated", "gated", "pending")]
+        return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
+
+    def summary(self) -> Summary:
+        return summarize(self.store, self.run.id, self.maximize)
+
+
+def summarize(store: Store, run_id: str, maximize: bool) -> Summary:
+    """The best proposed candidate against every baseline, from the store alone."""
+    run = store.run(run_id)
+    assert run is not None
+    rows = store.candidates(run_id)
+    evaluations = store.evaluations(run_id)
+    by_candidate: dict[int, list[Evaluation]] = {}
+    baselines: dict[str, dict[str, float]] = {}
+    names = {row.id: row.name for row in rows if row.proposer == BASELINE}
+    for e in evaluations:
+        if e.role != "eval":
+            continue
+        if e.policy:
+            baselines[e.policy] = json.loads(e.metrics)
+        elif e.candidate_id in names:
+            baselines[names[e.candidate_id]] = json.loads(e.metrics)
+        elif e.candidate_id is not None:
+            by_candidate.setdefault(e.candidate_id, []).append(e)
+    scored = [r for r in rows if r.proposer != BASELINE and r.status == "evaluated" and r.score is not None]
+    best = None
+    if scored:
+        top = max(scored, key=lambda r: r.score if maximize else -r.score)  # type: ignore[operator]
+        metrics = _mean_metrics([json.loads(e.metrics) for e in by_candidate.get(top.id or -1, [])])
+        best = {
+            "candidate_id": top.id, "seq": top.seq, "score": top.score, "metrics": metrics,
+            "params": json.loads(top.params), "note": top.note, "source": top.source,
+        }
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.proposer != BASELINE:
+            counts[r.status] = counts.get(r.status, 0) + 1
+    return Summary(run_id=run_id, status=run.status, best=best, baselines=baselines, counts=counts)
+
+
+def _mean_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
+    if not metrics:
+        return {}
+    keys = set.intersection(*(set(m) for m in metrics))
+    return {k: sum(m[k] for m in metrics) / len(metrics) for k in sorted(keys)}

@@ -1,0 +1,1 @@
+"""Proposers write candidate programs: offline program evolution, or an LLM."""

@@ -1,0 +1,62 @@
+"""The Proposer protocol: given a parent, inspirations and recent failures, write a new candidate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from targets.base import FeatureRegistry
+from verifiers.program import Signature
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A program the database holds: its source, its score on the objective, and its metrics."""
+
+    candidate_id: int
+    source: str
+    score: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    params: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetBrief:
+    """What a proposer may know of a target: the words, the signatures and their features."""
+
+    name: str
+    description: str
+    signatures: tuple[Signature, ...]
+    registries: dict[str, FeatureRegistry]
+    objective: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    target: TargetBrief
+    parent: Entry
+    inspirations: tuple[Entry, ...]
+    failures: tuple[str, ...]
+    """One-line messages of recent failed candidates (static check, verifier, sandbox), newest last."""
+    seed: int
+
+
+@dataclass(frozen=True)
+class Proposal:
+    source: str
+    proposer: str
+    model: str = ""
+    note: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class ProposalFailed(RuntimeError):
+    """The proposer could not produce a candidate this time; the message says why in one line."""
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...

@@ -1,0 +1,219 @@
+"""The run store: SQLModel tables for runs, candidates, evaluations and events, in SQLite or PostgreSQL.
+
+Every step of a search is written here before the next one starts, so a killed run resumes from the
+store without repeating or losing a candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, UniqueConstraint, event, func
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+DEFAULT_URL = "sqlite:///crucible.db"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or written; the message is one line for the user."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Run(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    target: str
+    status: str = "running"
+    """running | finished | stopped (a budget or an interrupt ended it; resumable) | failed"""
+    config: str
+    """The run's full configuration as JSON: enough to reproduce or resume it."""
+    created_at: datetime = Field(default_factory=_now)
+    updated_at: datetime = Field(default_factory=_now)
+    message: str = ""
+
+
+class Candidate(SQLModel, table=True):
+    __table_args__ = (
+        UniqueConstraint("run_id", "seq"),
+        UniqueConstraint("run_id", "fingerprint"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True)
+    seq: int
+    """Order of the candidate in its run; baselines come first."""
+    name: str = ""
+    source: str
+    fingerprint: str
+    parent_id: int | None = None
+    island: int = 0
+    proposer: str
+    model: str = ""
+    note: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    status: str = "pending"
+    """pending | evaluated | gated | rejected | invalid | timeout | oom | denied | crashed"""
+    message: str = ""
+    params: str = "{}"
+    train_score: float | None = None
+    score: float | None = None
+    created_at: datetime = Field(default_factory=_now)
+    finished_at: datetime | None = None
+
+
+class Evaluation(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True)
+    candidate_id: int | None = Field(default=None, foreign_key="candidate.id", index=True)
+    policy: str = ""
+    """The baseline's name for a built-in baseline (no candidate row)."""
+    instance: str
+    role: str
+    params: str = "{}"
+    metrics: str = "{}"
+    seconds: float = 0.0
+    backend: str = ""
+    created_at: datetime = Field(default_factory=_now)
+
+
+class Event(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True)
+    kind: str
+    message: str
+    at: datetime = Field(default_factory=_now)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def open_engine(url: str = DEFAULT_URL) -> Engine:
+    """Open (and create) the store at `url`; SQLite files get WAL mode. Raises StoreError."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        folder = Path(url.removeprefix("sqlite:///")).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise StoreError(f"cannot open database {url}: folder {folder} does not exist")
+    try:
+        engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+        if url.startswith("sqlite"):
+            event.listen(engine, "connect", _sqlite_pragmas)
+        SQLModel.metadata.create_all(engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open database {url}: {_reason(exc)}") from None
+    except ModuleNotFoundError as exc:
+        raise StoreError(f"cannot open database {url}: driver {exc.name} is not installed") from None
+    return engine
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    origin = getattr(exc, "orig", None)
+    return str(origin or exc).splitlines()[0]
+
+
+class Store:
+    """Typed reads and writes of the tables; each write commits at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine, expire_on_commit=False) as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database error: {_reason(exc)}") from None
+
+    def create_run(self, target: str, config: dict[str, Any]) -> Run:
+        run = Run(id=uuid.uuid4().hex[:10], target=target, config=json.dumps(config, sort_keys=True))
+        return self._add(run)
+
+    def _add(self, row: Any) -> Any:
+        with self._session() as session:
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return row
+
+    def run(self, run_id: str) -> Run | None:
+        with self._session() as session:
+            found = session.get(Run, run_id)
+            if found is None:
+                matches = session.exec(select(Run).where(Run.id.startswith(run_id))).all()  # type: ignore[attr-defined]
+                found = matches[0] if len(matches) == 1 else None
+            return found
+
+    def runs(self) -> Sequence[Run]:
+        with self._session() as session:
+            return session.exec(select(Run).order_by(Run.created_at)).all()  # type: ignore[arg-type]
+
+    def set_run_status(self, run_id: str, status: str, message: str = "") -> None:
+        with self._session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id}")
+            run.status, run.message, run.updated_at = status, message, _now()
+            session.add(run)
+            session.commit()
+
+    def add_candidate(self, candidate: Candidate) -> Candidate:
+        return self._add(candidate)
+
+    def finish_candidate(self, candidate: Candidate, evaluations: Sequence[Evaluation]) -> None:
+        """Record a candidate's outcome and its evaluations in one transaction."""
+        with self._session() as session:
+            candidate.finished_at = _now()
+            session.add(candidate)
+            for evaluation in evaluations:
+                session.add(evaluation)
+            session.commit()
+
+    def candidates(self, run_id: str) -> Sequence[Candidate]:
+        with self._session() as session:
+            query = select(Candidate).where(Candidate.run_id == run_id).order_by(Candidate.seq)  # type: ignore[arg-type]
+            return session.exec(query).all()
+
+    def candidate(self, candidate_id: int) -> Candidate | None:
+        with self._session() as session:
+            return session.get(Candidate, candidate_id)
+
+    def evaluations(self, run_id: str, candidate_id: int | None = None) -> Sequence[Evaluation]:
+        with self._session() as session:
+            query = select(Evaluation).where(Evaluation.run_id == run_id)
+            if candidate_id is not None:
+                query = query.where(Evaluation.candidate_id == candidate_id)
+            return session.exec(query.order_by(Evaluation.id)).all()  # type: ignore[arg-type]
+
+    def add_evaluations(self, evaluations: Sequence[Evaluation]) -> None:
+        with self._session() as session:
+            for evaluation in evaluations:
+                session.add(evaluation)
+            session.commit()
+
+    def log(self, run_id: str, kind: str, message: str) -> None:
+        self._add(Event(run_id=run_id, kind=kind, message=message))
+
+    def events(self, run_id: str) -> Sequence[Event]:
+        with self._session() as session:
+            return session.exec(select(Event).where(Event.run_id == run_id).order_by(Event.id)).all()  # type: ignore[arg-type]
+
+    def count_candidates(self, run_id: str) -> int:
+        with self._session() as session:
+            query = select(func.count()).select_from(Candidate).where(
+                Candidate.run_id == run_id, Candidate.proposer != "baseline"
+            )
+            return int(session.exec(query).one())

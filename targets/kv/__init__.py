@@ -1,0 +1,5 @@
+"""Prefix KV-cache eviction."""
+
+from .target import KVTarget
+
+__all__ = ["KVTarget"]

@@ -1,0 +1,52 @@
+"""The block features a KV eviction policy may read, in the column order the simulator fills them."""
+
+from __future__ import annotations
+
+from targets.base import Feature, FeatureRegistry
+
+NEVER_S = 1.0e6
+"""Stand-in for "never" in time-since features (about 11.6 days, longer than any shipped trace)."""
+
+_INF = 1.0e12
+
+BLOCK_FEATURES = FeatureRegistry(
+    (
+        Feature("now", "s", 0.0, _INF, "current time: the arrival of the request that needs room"),
+        Feature("last_access", "s", 0.0, _INF, "time of the block's latest access"),
+        Feature("inserted_at", "s", 0.0, _INF, "time the block entered the cache (this residency)"),
+        Feature("age", "s", 0.0, _INF, "now - last_access"),
+        Feature("lifetime", "s", 0.0, _INF, "now - inserted_at: time since insertion"),
+        Feature("hits", "count", 0.0, _INF, "cache hits on the block during this residency"),
+        Feature("accesses", "count", 1.0, _INF, "requests that used the block, over all residencies"),
+        Feature("depth", "blocks", 1.0, _INF, "position of the block in its prefix (1 = first block)"),
+        Feature("tokens", "tokens", 1.0, 512.0, "tokens held by the block (the last block may be partial)"),
+        Feature("prefix_tokens", "tokens", 1.0, _INF, "tokens of the prefix up to and including this block"),
+        Feature("fanout", "count", 0.0, _INF, "distinct child blocks seen so far (branch points are shared)"),
+        Feature(
+            "reuse_mean", "s", 0.0, _INF,
+            "mean interval between accesses; now - first access while it was used only once",
+        ),
+        Feature(
+            "last_interval", "s", 0.0, _INF,
+            "interval between the two latest accesses; now - first access while used once",
+        ),
+        Feature("evictions", "count", 0.0, _INF, "ghost history: times the block was evicted before"),
+        Feature(
+            "since_evicted", "s", 0.0, NEVER_S,
+            "ghost history: time since the block was last evicted (1e6 if never)",
+        ),
+        Feature("pop_hits_p50", "count", 0.0, _INF, "median hits over the evictable blocks right now"),
+        Feature("pop_hits_p90", "count", 0.0, _INF, "90th percentile of hits over the evictable blocks"),
+        Feature("pop_age_p50", "s", 0.0, _INF, "median age over the evictable blocks right now"),
+        Feature("pop_age_p90", "s", 0.0, _INF, "90th percentile of age over the evictable blocks"),
+    )
+)
+
+ORACLE_NEXT_USE = Feature(
+    "next_use", "s", 0.0, _INF,
+    "time of the block's next use (offline knowledge; only the Belady bound may read it)",
+)
+"""A hidden column after the registry; no candidate may read it, so it is not in BLOCK_FEATURES."""
+
+N_COLUMNS = len(BLOCK_FEATURES) + 1
+ORACLE_COLUMNS = {**BLOCK_FEATURES.columns(), ORACLE_NEXT_USE.name: len(BLOCK_FEATURES)}

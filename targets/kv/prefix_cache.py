@@ -1,0 +1,401 @@
+"""A prefix (radix) KV cache of fixed-size blocks replayed over a trace; the eviction policy is one key.
+
+Mechanism, as in vLLM automatic prefix caching and SGLang RadixAttention:
+- the cache holds at most `capacity` blocks; a block is cached only while its parent is (prefix-closed);
+- a request hits only on the contiguous cached prefix of its blocks;
+- the blocks of the request in flight are pinned; only unpinned leaves (no cached child) are evictable;
+- requests are replayed one after another in timestamp order.
+
+Scoring happens at eviction time (as in Redis or LHD, not when a block is inserted or hit as in GDSF):
+when a request needs room, every evictable leaf is scored with the policy at the request's arrival time,
+and the lowest scores are evicted first; a parent that becomes a leaf is scored and joins the queue. So
+time features such as `age` are never stale. Ties go to the least recently accessed block.
+
+S3-FIFO and SIEVE are queue mechanisms rather than keys; they are built in here and skip blocks that
+are not evictable (pinned or with cached children) as if those were recently used.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit, types
+
+from verifiers.compiler import FUNCTION_TYPE
+
+from .features import N_COLUMNS
+
+POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO = 0, 1, 2
+
+COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions", "uncached")
+"""Names of the entries of the counters array that `replay` returns, in order."""
+
+_NEVER_EVICTED = -1.0
+_NEVER_S = 1.0e6
+_NO_NEXT_USE = 1.0e12
+
+# Per-block state columns.
+_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE, _SEQ = range(11)
+_N_STATE = 11
+
+# Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue.
+_Q_NONE, _Q_SMALL, _Q_MAIN = 0, 1, 2
+
+
+@njit(cache=True)
+def _heap_push(hs, hq, hr, n, s, q, r):
+    i = n
+    hs[i], hq[i], hr[i] = s, q, r
+    while i > 0:
+        up = (i - 1) // 2
+        if hs[up] < hs[i] or (hs[up] == hs[i] and hq[up] <= hq[i]):
+            break
+        hs[up], hs[i] = hs[i], hs[up]
+        hq[up], hq[i] = hq[i], hq[up]
+        hr[up], hr[i] = hr[i], hr[up]
+        i = up
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(hs, hq, hr, n):
+    top = hr[0]
+    n -= 1
+    hs[0], hq[0], hr[0] = hs[n], hq[n], hr[n]
+    i = 0
+    while True:
+        lo = i
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < n and (hs[c] < hs[lo] or (hs[c] == hs[lo] and hq[c] < hq[lo])):
+                lo = c
+        if lo == i:
+            break
+        hs[lo], hs[i] = hs[i], hs[lo]
+        hq[lo], hq[i] = hq[i], hq[lo]
+        hr[lo], hr[i] = hr[i], hr[lo]
+        i = lo
+    return top, n
+
+
+@njit(cache=True)
+def _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens):
+    """Write the registry features of block b at time `now` into row j (column order of BLOCK_FEATURES)."""
+    accesses = S[b, _ACCESSES]
+    X[j, 0] = now
+    X[j, 1] = S[b, _LAST]
+    X[j, 2] = S[b, _INSERTED]
+    X[j, 3] = now - S[b, _LAST]
+    X[j, 4] = now - S[b, _INSERTED]
+    X[j, 5] = S[b, _HITS]
+    X[j, 6] = accesses
+    X[j, 7] = depth[b]
+    X[j, 8] = block_tokens[b]
+    X[j, 9] = prefix_tokens[b]
+    X[j, 10] = S[b, _FANOUT]
+    if accesses >= 2.0:
+        X[j, 11] = (S[b, _LAST] - S[b, _FIRST]) / (accesses - 1.0)
+        X[j, 12] = S[b, _LAST] - S[b, _PREV]
+    else:
+        X[j, 11] = now - S[b, _FIRST]
+        X[j, 12] = now - S[b, _FIRST]
+    X[j, 13] = S[b, _EVICTIONS]
+    X[j, 14] = _NEVER_S if S[b, _EVICTED_AT] < 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
+    X[j, 19] = S[b, _NEXT_USE]
+
+
+@njit(cache=True)
+def _percentile(sorted_values, q):
+    n = sorted_values.size
+    if n == 0:
+        return 0.0
+    return sorted_values[int(q * (n - 1))]
+
+
+@njit(cache=True)
+def _q_push_head(q, b, qid, nxt, prv, head, tail, size):
+    """Insert b at the head (newest end) of queue q; nxt points toward the tail, prv toward the head."""
+    qid[b] = q
+    prv[b] = -1
+    nxt[b] = head[q]
+    if head[q] >= 0:
+        prv[head[q]] = b
+    head[q] = b
+    if tail[q] < 0:
+        tail[q] = b
+    size[q] += 1
+
+
+@njit(cache=True)
+def _q_remove(b, qid, nxt, prv, head, tail, size):
+    q = qid[b]
+    if prv[b] >= 0:
+        nxt[prv[b]] = nxt[b]
+    else:
+        head[q] = nxt[b]
+    if nxt[b] >= 0:
+        prv[nxt[b]] = prv[b]
+    else:
+        tail[q] = prv[b]
+    qid[b] = _Q_NONE
+    size[q] -= 1
+
+
+def _replay(
+    f, params, policy, capacity, times, offsets, blocks, parent, depth, block_tokens, record
+):
+    n_req = offsets.size - 1
+    nb = parent.size
+    n_acc = blocks.size
+
+    # Offline knowledge for the Belady bound: the trace position of each access's next use.
+    next_pos = np.empty(n_acc, np.float64)
+    last_pos = np.full(nb, _NO_NEXT_USE)
+    for a in range(n_acc - 1, -1, -1):
+        next_pos[a] = last_pos[blocks[a]]
+        last_pos[blocks[a]] = a
+
+    prefix_tokens = np.zeros(nb, np.float64)
+    for b in range(nb):  # dense ids are in first-seen order, so a parent precedes its children
+        prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
+
+    S = np.zeros((nb, _N_STATE), np.float64)
+    S[:, _EVICTED_AT] = _NEVER_EVICTED
+    cached = np.zeros(nb, np.bool_)
+    pinned = np.zeros(nb, np.bool_)
+    seen = np.zeros(nb, np.bool_)
+    nchild = np.zeros(nb, np.int64)
+    leaves = np.empty(nb, np.int64)
+    leaf_pos = np.full(nb, -1, np.int64)
+    n_leaves = 0
+    used = 0
+    seq = 0
+
+    max_len = 0
+    for r in range(n_req):
+        max_len = max(max_len, offsets[r + 1] - offsets[r])
+    rows = capacity + max_len + 1
+    X = np.zeros((rows, N_COLUMNS), np.float64)
+    row_block = np.empty(rows, np.int64)
+    hs = np.empty(rows, np.float64)
+    hq = np.empty(rows, np.float64)
+    hr = np.empty(rows, np.int64)
+    tmp_hits = np.empty(rows, np.float64)
+    tmp_age = np.empty(rows, np.float64)
+
+    # Queues for SIEVE (one queue) and S3-FIFO (small, main and a FIFO ghost of evicted ids).
+    qid = np.zeros(nb, np.int64)
+    nxt = np.full(nb, -1, np.int64)
+    prv = np.full(nb, -1, np.int64)
+    head = np.full(3, -1, np.int64)
+    tail = np.full(3, -1, np.int64)
+    size = np.zeros(3, np.int64)
+    freq = np.zeros(nb, np.int64)
+    hand = -1
+    small_cap = max(1, int(0.1 * capacity))
+    ghost_cap = max(1, capacity - small_cap)
+    ghost_stamp = np.full(nb, -1, np.int64)
+    n_ghost = 0
+
+    counters = np.zeros(len(COUNTERS), np.int64)
+    req_hits = np.zeros(n_req, np.int64)
+    ev_req = np.empty(n_acc if record else 0, np.int64)
+    ev_block = np.empty(n_acc if record else 0, np.int64)
+
+    for r in range(n_req):
+        now = times[r]
+        a0 = offsets[r]
+        n = offsets[r + 1] - a0
+        counters[0] += 1
+
+        k = 0
+        while k < n and cached[blocks[a0 + k]]:
+            k += 1
+        req_hits[r] = k
+
+        for i in range(n):
+            b = blocks[a0 + i]
+            seq += 1
+            if not seen[b]:
+                seen[b] = True
+                if parent[b] >= 0:
+                    S[parent[b], _FANOUT] += 1.0
+            if S[b, _ACCESSES] == 0.0:
+                S[b, _FIRST] = now
+                S[b, _PREV] = now
+            else:
+                S[b, _PREV] = S[b, _LAST]
+            S[b, _LAST] = now
+            S[b, _ACCESSES] += 1.0
+            S[b, _SEQ] = seq
+            S[b, _NEXT_USE] = next_pos[a0 + i]
+            counters[1] += 1
+            counters[3] += block_tokens[b]
+            if i < k:
+                counters[2] += 1
+                counters[4] += block_tokens[b]
+                S[b, _HITS] += 1.0
+                pinned[b] = True
+                freq[b] = min(freq[b] + 1, 3)
+
+        need = used + (n - k) - capacity
+        if need > 0 and policy == POLICY_KEY:
+            m = 0
+            for li in range(n_leaves):
+                b = leaves[li]
+                if not pinned[b]:
+                    _fill_row(X, m, b, now, S, depth, block_tokens, prefix_tokens)
+                    row_block[m] = b
+                    tmp_hits[m] = X[m, 5]
+                    tmp_age[m] = X[m, 3]
+                    m += 1
+            sh = np.sort(tmp_hits[:m])
+            sa = np.sort(tmp_age[:m])
+            h50, h90 = _percentile(sh, 0.5), _percentile(sh, 0.9)
+            a50, a90 = _percentile(sa, 0.5), _percentile(sa, 0.9)
+            hn = 0
+            for j in range(m):
+                X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
+                s = f(X, j, params)
+                hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[row_block[j], _SEQ], j)
+            while need > 0 and hn > 0:
+                j, hn = _heap_pop(hs, hq, hr, hn)
+                b = row_block[j]
+                p = _evict(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                n_leaves -= 1
+                if p >= 0 and nchild[p] == 0:
+                    leaf_pos[p] = n_leaves
+                    leaves[n_leaves] = p
+                    n_leaves += 1
+                    if not pinned[p]:
+                        _fill_row(X, m, p, now, S, depth, block_tokens, prefix_tokens)
+                        X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
+                        row_block[m] = p
+                        s = f(X, m, params)
+                        hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
+                        m += 1
+                if record:
+                    ev_req[counters[5]] = r
+                    ev_block[counters[5]] = b
+                counters[5] += 1
+                used -= 1
+                need -= 1
+        elif need > 0:
+            steps = 0
+            limit = 4 * (used + 1)
+            while need > 0 and steps < limit:
+                steps += 1
+                if policy == POLICY_SIEVE:
+                    o = hand if hand >= 0 else tail[_Q_MAIN]
+                    if o < 0:
+                        break
+                    hand = prv[o] if prv[o] >= 0 else tail[_Q_MAIN]
+                    if freq[o] > 0:
+                        freq[o] = 0
+                        continue
+                    if pinned[o] or nchild[o] > 0:
+                        continue
+                    if hand == o:
+                        hand = -1
+                    _q_remove(o, qid, nxt, prv, head, tail, size)
+                else:
+                    from_small = size[_Q_SMALL] >= small_cap or size[_Q_MAIN] == 0
+                    q = _Q_SMALL if from_small else _Q_MAIN
+                    o = tail[q]
+                    if o < 0:
+                        break
+                    _q_remove(o, qid, nxt, prv, head, tail, size)
+                    if pinned[o] or nchild[o] > 0:
+                        _q_push_head(q, o, qid, nxt, prv, head, tail, size)
+                        continue
+                    if from_small and freq[o] >= 1:
+                        freq[o] = 0
+                        _q_push_head(_Q_MAIN, o, qid, nxt, prv, head, tail, size)
+                        continue
+                    if not from_small and freq[o] >= 1:
+                        freq[o] -= 1
+                        _q_push_head(_Q_MAIN, o, qid, nxt, prv, head, tail, size)
+                        continue
+                    if from_small:
+                        ghost_stamp[o] = n_ghost
+                        n_ghost += 1
+                _evict(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                n_leaves -= 1
+                if parent[o] >= 0 and nchild[parent[o]] == 0:
+                    leaf_pos[parent[o]] = n_leaves
+                    leaves[n_leaves] = parent[o]
+                    n_leaves += 1
+                if record:
+                    ev_req[counters[5]] = r
+                    ev_block[counters[5]] = o
+                counters[5] += 1
+                used -= 1
+                need -= 1
+
+        for i in range(k, n):
+            if used >= capacity:
+                counters[6] += n - i
+                break
+            b = blocks[a0 + i]
+            cached[b] = True
+            pinned[b] = True
+            used += 1
+            S[b, _INSERTED] = now
+            S[b, _HITS] = 0.0
+            freq[b] = 0
+            p = parent[b]
+            if p >= 0:
+                if nchild[p] == 0:
+                    n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
+                nchild[p] += 1
+            leaf_pos[b] = n_leaves
+            leaves[n_leaves] = b
+            n_leaves += 1
+            if policy == POLICY_SIEVE:
+                _q_push_head(_Q_MAIN, b, qid, nxt, prv, head, tail, size)
+            elif policy == POLICY_S3FIFO:
+                in_ghost = ghost_stamp[b] >= 0 and n_ghost - ghost_stamp[b] <= ghost_cap
+                ghost_stamp[b] = -1
+                _q_push_head(_Q_MAIN if in_ghost else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
+
+        for i in range(n):
+            pinned[blocks[a0 + i]] = False
+
+    n_ev = counters[5] if record else 0
+    return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
+
+
+@njit(cache=True)
+def _leaf_remove(b, leaves, leaf_pos, n_leaves):
+    last = leaves[n_leaves - 1]
+    leaves[leaf_pos[b]] = last
+    leaf_pos[last] = leaf_pos[b]
+    leaf_pos[b] = -1
+    return n_leaves - 1
+
+
+@njit(cache=True)
+def _evict(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves):
+    """Drop leaf b; the caller shrinks its leaf count and re-adds the parent if it became a leaf."""
+    _leaf_remove(b, leaves, leaf_pos, n_leaves)
+    cached[b] = False
+    S[b, _EVICTIONS] += 1.0
+    S[b, _EVICTED_AT] = now
+    p = parent[b]
+    if p >= 0:
+        nchild[p] -= 1
+    return p
+
+
+_I64 = types.int64[::1]
+_F64 = types.float64[::1]
+_SIGNATURE = types.Tuple((_I64, _I64, _I64, _I64))(
+    FUNCTION_TYPE, _F64, types.int64, types.int64, _F64, _I64, _I64, _I64, _I64, _I64, types.boolean
+)
+
+
+@functools.cache
+def compiled_replay() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The replay kernel, compiled on first use and cached on disk by numba."""
+    return njit(_SIGNATURE, cache=True)(_replay)

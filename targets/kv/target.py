@@ -1,0 +1,214 @@
+"""The kv target: prefix KV-cache eviction, with the policy as one `priority(b, p)` key."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
+from verifiers.compiler import to_numba
+from verifiers.program import Program, Signature
+from verifiers.static import check
+
+from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
+from .generators import GENERATORS
+from .prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
+from .trace import Trace, load_mooncake
+
+PRIORITY = Signature(
+    name="priority",
+    features=BLOCK_FEATURES.names,
+    doc="Score an evictable cache block; the lowest score is evicted first.",
+)
+_BELADY = Signature(name="priority", features=(*BLOCK_FEATURES.names, ORACLE_NEXT_USE.name))
+_BELADY_SOURCE = '''"""Belady: evict the block whose next use lies furthest in the future (offline bound)."""
+
+
+def priority(b, p):
+    return -b.next_use
+'''
+_QUEUE_POLICIES = {"s3fifo": POLICY_S3FIFO, "sieve": POLICY_SIEVE}
+SHIPPED_WORKLOAD = "chat.jsonl"
+SHIPPED_CAPACITY = 1000
+"""A generated multi-turn chat trace shipped in targets/kv/workloads/ for the defaults and the README."""
+
+
+def shipped_workload_path() -> Path:
+    return Path(str(resources.files("targets.kv") / "workloads" / SHIPPED_WORKLOAD))
+
+
+class KVTarget:
+    """Prefix KV-cache eviction under a block capacity; the objective is the block hit rate."""
+
+    name = "kv"
+    description = (
+        "Choose which block to evict from a prefix (radix) KV cache of fixed-size token blocks, as in vLLM "
+        "automatic prefix caching and SGLang RadixAttention. A request reuses only the contiguous cached "
+        "prefix of its blocks. When a request needs room, every evictable block (an unpinned leaf: no cached "
+        "child, not used by the request in flight) is scored with priority(b, p) at that moment, and the "
+        "lowest scores are evicted first. Maximize the block hit rate."
+    )
+    signatures = (PRIORITY,)
+    objective = Objective("block_hit_rate", "maximize")
+    report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed")
+
+    def default_config(self) -> dict[str, Any]:
+        return {"workload": str(shipped_workload_path()), "capacity": SHIPPED_CAPACITY}
+
+    def registry(self, signature: str) -> FeatureRegistry:
+        if signature != PRIORITY.name:
+            raise KeyError(signature)
+        return BLOCK_FEATURES
+
+    def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
+        capacity = config.get("capacity")
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise WorkloadError(f"capacity must be a positive number of blocks, got {capacity!r}")
+        train_share = float(config.get("train_share", 0.3))
+        n = load_workload(workload).n_requests
+        cut = max(1, int(n * train_share))
+        name = f"{Path(workload).name}@{capacity}"
+        return [
+            Instance(workload, {"capacity": capacity, "requests": [0, cut]}, f"{name}[:{cut}]", role="train"),
+            Instance(workload, {"capacity": capacity}, name, role="eval"),
+        ]
+
+    def baselines(self) -> dict[str, str]:
+        folder = resources.files("targets.kv") / "baselines"
+        return {
+            Path(entry.name).stem: entry.read_text()
+            for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".py")
+        }
+
+    def builtin_baselines(self) -> tuple[str, ...]:
+        return ("s3fifo", "sieve", "belady")
+
+    def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
+        key = to_numba(program, PRIORITY.name, BLOCK_FEATURES.columns())
+        values = np.array([float(params[name]) for name in program.param_names()], dtype=np.float64)
+        return self._metrics(instance, key, values, POLICY_KEY)
+
+    def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
+        if name == "belady":
+            return self._metrics(instance, _belady_key(), np.zeros(0), POLICY_KEY)
+        if name in _QUEUE_POLICIES:
+            return self._metrics(instance, _belady_key(), np.zeros(0), _QUEUE_POLICIES[name])
+        raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
+
+    def _metrics(self, instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, float]:
+        counts = replay(instance, key, params, policy)
+        metrics = rates(counts)
+        lru, belady = _reference_rates(instance)
+        room = belady - lru
+        metrics["gap_closed"] = (metrics["block_hit_rate"] - lru) / room if room > 0 else 0.0
+        return metrics
+
+
+def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, int]:
+    """Run the compiled mechanism on an instance and return its counters by name."""
+    trace = instance_trace(instance)
+    counters, _, _, _ = compiled_replay()(
+        key, params, policy, int(instance.config["capacity"]), trace.timestamps_s, trace.offsets,
+        trace.blocks, trace.parent, trace.depth, trace.block_tokens, False,
+    )
+    return dict(zip(COUNTERS, (int(c) for c in counters), strict=True))
+
+
+def rates(counts: Mapping[str, int]) -> dict[str, float]:
+    """Hit rates from replay counters, plus the raw counts for the record."""
+    accesses = max(counts["accesses"], 1)
+    tokens = max(counts["tokens"], 1)
+    return {
+        "block_hit_rate": counts["hits"] / accesses,
+        "token_hit_rate": counts["hit_tokens"] / tokens,
+        **{name: float(value) for name, value in counts.items()},
+    }
+
+
+def instance_trace(instance: Instance) -> Trace:
+    """The trace of an instance: sliced to `requests: [start, stop]`, flattened when `flat` is set."""
+    trace = load_workload(instance.workload)
+    window = instance.config.get("requests")
+    if window:
+        trace = trace.slice(int(window[0]), int(window[1]))
+    return flatten(trace) if instance.config.get("flat") else trace
+
+
+def flatten(trace: Trace) -> Trace:
+    """The block stream as a classic cache sees it: one access per step, no prefix rule, nothing pinned.
+
+    Each access becomes a one-block request at time = its position, and every block is a root, so every
+    cached block is an evictable leaf and a hit needs only the block itself.
+    """
+    n = trace.n_accesses
+    return replace(
+        trace,
+        timestamps_s=np.arange(n, dtype=np.float64),
+        input_tokens=trace.block_tokens[trace.blocks],
+        output_tokens=np.zeros(n, dtype=np.int64),
+        offsets=np.arange(n + 1, dtype=np.int64),
+        parent=np.full(trace.n_blocks, -1, dtype=np.int64),
+        depth=np.ones(trace.n_blocks, dtype=np.int64),
+        name=f"{trace.name}(flat)",
+    )
+
+
+def load_workload(workload: str) -> Trace:
+    """A workload is a Mooncake JSONL path or `gen:<kind>:<seed>` for a seeded generator."""
+    if workload.startswith("gen:"):
+        parts = workload.split(":")
+        if len(parts) != 3 or parts[1] not in GENERATORS or not parts[2].isdigit():
+            kinds = ", ".join(GENERATORS)
+            raise WorkloadError(f"generated workloads are gen:<kind>:<seed> with kind one of {kinds}; got {workload!r}")
+        return _generated(parts[1], int(parts[2]))
+    path = Path(workload)
+    if not path.is_file():
+        raise WorkloadError(f"{workload}: no such trace file")
+    stat = path.stat()
+    return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, mtime_ns: int, size: int) -> Trace:
+    return load_mooncake(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _generated(kind: str, seed: int) -> Trace:
+    return GENERATORS[kind](seed)
+
+
+@functools.cache
+def _belady_key() -> Any:
+    program = check(_BELADY_SOURCE, [_BELADY])
+    return to_numba(program, PRIORITY.name, ORACLE_COLUMNS)
+
+
+@functools.lru_cache(maxsize=8)
+def _reference_rates_cached(
+    workload: str, capacity: int, window: tuple[int, int] | None, flat: bool
+) -> tuple[float, float]:
+    config: dict[str, Any] = {"capacity": capacity, "flat": flat}
+    if window:
+        config["requests"] = list(window)
+    instance = Instance(workload=workload, config=config)
+    lru_program = check(KVTarget().baselines()["lru"], [PRIORITY])
+    lru_key = to_numba(lru_program, PRIORITY.name, BLOCK_FEATURES.columns())
+    lru = rates(replay(instance, lru_key, np.zeros(0), POLICY_KEY))["block_hit_rate"]
+    belady = rates(replay(instance, _belady_key(), np.zeros(0), POLICY_KEY))["block_hit_rate"]
+    return lru, belady
+
+
+def _reference_rates(instance: Instance) -> tuple[float, float]:
+    """LRU and Belady block hit rates on the same instance, for the share of the gap a policy closes."""
+    window = instance.config.get("requests")
+    key = (int(window[0]), int(window[1])) if window else None
+    capacity = int(instance.config["capacity"])
+    return _reference_rates_cached(instance.workload, capacity, key, bool(instance.config.get("flat")))

@@ -1,0 +1,131 @@
+"""The prefix-cache mechanism keeps its rules under every policy, on random prefix-tree traces."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from targets.kv.features import BLOCK_FEATURES
+from targets.kv.prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
+from targets.kv.target import PRIORITY
+from targets.kv.trace import Trace, build_trace
+from verifiers.compiler import to_numba
+from verifiers.static import check
+
+_MIXED = '''"""A policy that mixes recency, frequency, depth and ghost history."""
+PARAMS = {"a": (-5.0, 5.0), "c": (-5.0, 5.0), "d": (-5.0, 5.0)}
+
+
+def priority(b, p):
+    return p.a * b.hits - b.age + p.c * b.depth + p.d * b.evictions
+'''
+_KEY = to_numba(check(_MIXED, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+
+
+@st.composite
+def prefix_traces(draw: st.DrawFn) -> Trace:
+    """Requests that extend random earlier prefixes, so the ids form a tree with shared branches."""
+    paths: list[list[int]] = []
+    next_id = 0
+    records = []
+    t = 0
+    for line in range(draw(st.integers(1, 40))):
+        base: list[int] = []
+        if paths and draw(st.booleans()):
+            earlier = draw(st.sampled_from(paths))
+            base = earlier[: draw(st.integers(1, len(earlier)))]
+        fresh = draw(st.integers(0 if base else 1, 6))
+        path = base + list(range(next_id, next_id + fresh))
+        next_id += fresh
+        paths.append(path)
+        t += draw(st.integers(0, 5000))
+        tokens = 512 * (len(path) - 1) + draw(st.integers(1, 512))
+        records.append((line + 1, {"timestamp": t, "input_length": tokens, "output_length": 1, "hash_ids": path}))
+    return build_trace(records, source="generated")
+
+
+def _replay(trace: Trace, capacity: int, policy: int, params: np.ndarray) -> tuple[np.ndarray, ...]:
+    return compiled_replay()(
+        _KEY, params, policy, capacity, trace.timestamps_s, trace.offsets, trace.blocks, trace.parent,
+        trace.depth, trace.block_tokens, True,
+    )
+
+
+def _check_rules(trace: Trace, capacity: int, counters: np.ndarray, req_hits: np.ndarray,
+                 ev_req: np.ndarray, ev_block: np.ndarray) -> None:
+    """Replay the recorded evictions in plain Python and check every rule of the mechanism."""
+    cached: set[int] = set()
+    children: dict[int, int] = {}
+    events = list(zip(ev_req.tolist(), ev_block.tolist(), strict=True))
+    e = 0
+    for r in range(trace.n_requests):
+        path = trace.blocks[trace.offsets[r] : trace.offsets[r + 1]].tolist()
+        hits = 0
+        while hits < len(path) and path[hits] in cached:
+            hits += 1
+        assert req_hits[r] == hits, "a hit counts only on the contiguous cached prefix"
+        assert all(b not in cached for b in path[hits:]), "the cache is prefix-closed"
+        while e < len(events) and events[e][0] == r:
+            block = events[e][1]
+            assert block in cached
+            assert block not in path, "a block of the request in flight is never evicted"
+            assert children.get(block, 0) == 0, "only leaves are evicted"
+            cached.remove(block)
+            parent = int(trace.parent[block])
+            if parent >= 0:
+                children[parent] -= 1
+            e += 1
+        for block in path[hits:]:
+            if len(cached) >= capacity:
+                break
+            cached.add(block)
+            parent = int(trace.parent[block])
+            if parent >= 0:
+                children[parent] = children.get(parent, 0) + 1
+        assert len(cached) <= capacity, "capacity is never exceeded"
+    assert e == len(events)
+    named = dict(zip(COUNTERS, counters.tolist(), strict=True))
+    assert named["hits"] == int(req_hits.sum())
+    assert named["evictions"] == len(events)
+    assert named["accesses"] == trace.n_accesses
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trace=prefix_traces(),
+    capacity=st.integers(1, 30),
+    policy=st.sampled_from([POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO]),
+    weights=st.lists(st.floats(-5, 5), min_size=3, max_size=3),
+)
+def test_mechanism_rules_hold_for_every_policy(trace: Trace, capacity: int, policy: int, weights: list[float]) -> None:
+    result = _replay(trace, capacity, policy, np.array(weights))
+    _check_rules(trace, capacity, *result)
+
+
+def test_a_request_longer_than_the_cache_caches_only_its_head() -> None:
+    records = [(1, {"timestamp": 0, "input_length": 512 * 5, "output_length": 1, "hash_ids": [0, 1, 2, 3, 4]})]
+    trace = build_trace(records, source="one")
+    counters, _, _, _ = _replay(trace, 3, POLICY_KEY, np.zeros(3))
+    assert dict(zip(COUNTERS, counters.tolist(), strict=True))["uncached"] == 2
+
+
+def test_lru_evicts_the_least_recent_branch_first() -> None:
+    # Two branches under a shared root; the older branch is evicted to make room for a third.
+    rows = [
+        {"timestamp": 0, "hash_ids": [0, 1]},
+        {"timestamp": 1000, "hash_ids": [0, 2]},
+        {"timestamp": 2000, "hash_ids": [0, 3]},
+        {"timestamp": 3000, "hash_ids": [0, 2]},
+        {"timestamp": 4000, "hash_ids": [0, 1]},
+    ]
+    records = [(i + 1, {**row, "input_length": 1024, "output_length": 1}) for i, row in enumerate(rows)]
+    trace = build_trace(records, source="branches")
+    lru = to_numba(check('def priority(b, p):\n    return b.last_access\n', [PRIORITY]), "priority",
+                   BLOCK_FEATURES.columns())
+    counters, req_hits, _, ev_block = compiled_replay()(
+        lru, np.zeros(0), POLICY_KEY, 3, trace.timestamps_s, trace.offsets, trace.blocks, trace.parent,
+        trace.depth, trace.block_tokens, True,
+    )
+    assert req_hits.tolist() == [0, 1, 1, 2, 1]
+    assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 3]

@@ -1,0 +1,1 @@
+"""Generic checks and back ends for candidate programs; knows no target."""
