@@ -14,7 +14,7 @@ from verifiers.program import ParamRange
 
 @dataclass(frozen=True)
 class TuneOutcome:
-    """The best parameters found, their objective (NaN when no trial gave a finite one), and the trials run."""
+    """The best parameters, their objective (NaN when no trial gave a finite one), and the trials run."""
 
     best_params: dict[str, float]
     best_value: float

@@ -98,17 +98,20 @@ class StaticError(ValueError):
 
 def check(source: str, signatures: Sequence[Signature]) -> Program:
     """Check a candidate against the decision functions a target asks for; raise StaticError on any breach."""
+    too_deep = StaticError([Violation(1, "syntax", "the program is nested too deeply to check")])
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise StaticError([Violation(exc.lineno or 1, "syntax", exc.msg)]) from None
     except ValueError as exc:  # e.g. a null byte, which Python 3.11 reports as ValueError
         raise StaticError([Violation(1, "syntax", str(exc))]) from None
+    except RecursionError:
+        raise too_deep from None
     checker = _ModuleChecker(signatures)
     try:
         program = checker.run(source, tree)
     except RecursionError:
-        raise StaticError([Violation(1, "syntax", "the program is nested too deeply to check")]) from None
+        raise too_deep from None
     if checker.violations:
         raise StaticError(sorted(checker.violations, key=lambda v: v.line))
     return program
@@ -444,8 +447,6 @@ class _FunctionChecker:
             )
         if var in scope.loop_vars:
             self._flag(stmt, "assignment", f"'{var}' already names an enclosing loop's variable")
-        elif var in self.locals:
-            self._flag(stmt, "assignment", f"'{var}' is both a loop variable and an assigned local")
         else:
             self._name_free(stmt, var)
         inner = replace(scope, loop_vars=scope.loop_vars | {var}, unrolled=scope.unrolled * max(count, 1))
@@ -454,7 +455,7 @@ class _FunctionChecker:
     def _target(self, stmt: ast.stmt, name: str) -> bool:
         """Whether a local may be assigned this name; flags the breach if not."""
         if name in self.loop_vars:
-            self._flag(stmt, "assignment", f"'{name}' is a loop variable and is read-only")
+            self._flag(stmt, "assignment", f"'{name}' names a loop variable, which cannot be assigned")
             return False
         return self._name_free(stmt, name)
 

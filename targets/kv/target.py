@@ -34,9 +34,9 @@ def priority(b, p):
     return -b.next_use
 '''
 _QUEUE_POLICIES = {"s3fifo": POLICY_S3FIFO, "sieve": POLICY_SIEVE}
-SHIPPED_WORKLOAD = "chat.jsonl"
-SHIPPED_CAPACITY = 1000
-"""A generated multi-turn chat trace shipped in targets/kv/workloads/ for the defaults and the README."""
+SHIPPED_WORKLOAD = "mooncake_conversation_head.jsonl"
+SHIPPED_CAPACITY = 2000
+"""The head of the Mooncake conversation trace, shipped in targets/kv/workloads/ (see its README)."""
 
 
 def shipped_workload_path() -> Path:

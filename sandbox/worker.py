@@ -1,0 +1,145 @@
+"""Runs inside a sandbox: a Job as JSON on stdin, a Result as JSON on stdout, everything else on stderr."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TextIO
+
+import targets
+from targets.base import Instance, Target, WorkloadError
+from verifiers.program import Program
+from verifiers.static import StaticError, check
+
+from .job import InstanceResult, Job, Result, Status
+from .tuner import tune
+
+MESSAGE_CHARS = 1000
+"""Longest message a Result carries; messages are one line for the proposer and the UI."""
+
+
+def numba_cache_dir() -> Path:
+    """A writable place for numba's on-disk cache when the backend named none."""
+    return Path(tempfile.gettempdir()) / "crucible-numba"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one bounded line: its type and message."""
+    text = re.sub(r"\s+", " ", f"{type(exc).__name__}: {exc}").strip()
+    return text[:MESSAGE_CHARS]
+
+
+def run(job: Job) -> Result:
+    """Run a job in this process; a candidate's failure becomes a classified Result, never an exception."""
+    start = time.monotonic()
+    try:
+        target = targets.load(job.target)
+    except (KeyError, ImportError) as exc:
+        return Result("crashed", one_line(exc), seconds=time.monotonic() - start)
+    status: Status = "ok"
+    try:
+        result = _unchecked(job, target) if job.skip_check else _checked(job, target)
+    except StaticError as exc:
+        message = str(exc)[:MESSAGE_CHARS]
+        status = "invalid"
+    except WorkloadError as exc:
+        message = one_line(exc)
+        status = "crashed"
+    except MemoryError:
+        message = "MemoryError: out of memory"
+        status = "oom"
+    except Exception as exc:  # whatever the candidate's code, its compile or its run raised
+        message = one_line(exc)
+        status = "invalid"
+    if status != "ok":  # built outside the handlers so a ballooned frame is already released
+        return Result(status, message, seconds=time.monotonic() - start)
+    return replace(result, seconds=time.monotonic() - start)
+
+
+def _checked(job: Job, target: Target) -> Result:
+    program = check(job.source, target.signatures)
+    start = _start_params(program, job.params)
+    train = [i for i in job.instances if i.role == "train"]
+    scored: dict[tuple[float, ...], list[InstanceResult]] = {}
+
+    def train_objective(params: dict[str, float]) -> float:
+        results = [_evaluate(target, program, i, params) for i in train]
+        scored[_key(program, params)] = results
+        return math.fsum(r.metrics[target.objective.metric] for r in results) / len(results)
+
+    params, trials, gated = start, 0, False
+    if job.tuning and train:
+        ranges = tuple(replace(p, default=start[p.name]) for p in program.params)
+        outcome = tune(
+            train_objective, ranges, target.objective.direction, job.tuning.trials, job.tuning.seed
+        )
+        if not math.isfinite(outcome.best_value):
+            raise ValueError(f"no trial gave a finite {target.objective.metric}")
+        params, trials = outcome.best_params, outcome.trials_run
+        gate = job.tuning.gate
+        gated = gate is not None and target.objective.better(gate, outcome.best_value)
+    elif train:
+        train_objective(params)
+    done = list(scored[_key(program, params)]) if train else []
+    if not gated:
+        done += [_evaluate(target, program, i, params) for i in job.instances if i.role != "train"]
+    return Result("ok", params=params, instances=tuple(done), trials=trials, gated=gated)
+
+
+def _start_params(program: Program, given: Mapping[str, float] | None) -> dict[str, float]:
+    """The job's fixed values over the program's defaults; the start point of tuning."""
+    unknown = sorted(set(given or {}) - set(program.param_names()))
+    if unknown:
+        raise ValueError(f"unknown parameters: {', '.join(unknown)}")
+    return {**program.defaults(), **{k: float(v) for k, v in (given or {}).items()}}
+
+
+def _key(program: Program, params: Mapping[str, float]) -> tuple[float, ...]:
+    return tuple(float(params[name]) for name in program.param_names())
+
+
+def _evaluate(
+    target: Target, program: Program, instance: Instance, params: Mapping[str, float]
+) -> InstanceResult:
+    start = time.perf_counter()
+    metrics = target.evaluate(program, instance, params)
+    return InstanceResult(instance.label, instance.role, metrics, time.perf_counter() - start)
+
+
+def _unchecked(job: Job, target: Target) -> Result:
+    """Exec the raw source, call each function once per instance: lets the sandbox tests run hostile code."""
+    namespace: dict[str, Any] = {}
+    exec(compile(job.source, "<candidate>", "exec"), namespace)
+    params = SimpleNamespace(**(job.params or {}))
+    results = []
+    for instance in job.instances:
+        start = time.perf_counter()
+        metrics = {
+            s.name: float(namespace[s.name](SimpleNamespace(**dict.fromkeys(s.features, 1.0)), params))
+            for s in target.signatures
+        }
+        results.append(InstanceResult(instance.label, instance.role, metrics, time.perf_counter() - start))
+    return Result("ok", params=dict(job.params or {}), instances=tuple(results))
+
+
+def main(stdin: TextIO = sys.stdin) -> None:
+    """Read the job, run it with stdout pointed at stderr, then write the result alone to the real stdout."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # noise from the candidate, numba or optuna, even from native code, lands on stderr
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
+    result = run(Job.from_json(json.load(stdin)))
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(result.to_json()) + "\n")
+
+
+if __name__ == "__main__":
+    main()
