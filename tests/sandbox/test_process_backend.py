@@ -1,0 +1,156 @@
+"""The process backend runs real KV jobs and contains hostile code: time, CPU, memory, output, env, net."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import targets
+from sandbox.job import Job, Limits, Result, Tuning
+from sandbox.process import ProcessSandbox
+from targets.base import Instance
+from verifiers.static import StaticError, check
+
+CANDIDATE = '''"""Recency, with a bonus for blocks that were hit, fading with age."""
+PARAMS = {"w_hits": (0.0, 100.0, 1.0), "half_life_s": (1.0, 3600.0, "log")}
+
+
+def priority(b, p):
+    return b.last_access + p.w_hits * log(1 + b.hits) - b.age / p.half_life_s
+'''
+RANGES = {"w_hits": (0.0, 100.0), "half_life_s": (1.0, 3600.0)}
+INSTANCES = (
+    Instance("gen:chat:1", {"capacity": 200, "requests": [0, 500]}, "chat[:500]@200", role="train"),
+    Instance("gen:chat:1", {"capacity": 200}, "chat@200", role="eval"),
+)
+
+
+@pytest.fixture(scope="module")
+def box() -> ProcessSandbox:
+    return ProcessSandbox()
+
+
+def _job(source: str = CANDIDATE, **fields: object) -> Job:
+    return replace(Job("kv", source, INSTANCES), **fields)
+
+
+def _hostile(source: str, **limits: float) -> Job:
+    return _job(source, skip_check=True, limits=Limits(**limits))  # type: ignore[arg-type]
+
+
+def _train_rate(result: Result) -> float:
+    (train,) = (i for i in result.instances if i.role == "train")
+    return train.metrics["block_hit_rate"]
+
+
+@pytest.fixture(scope="module")
+def tuned(box: ProcessSandbox) -> Result:
+    return box.run(_job(tuning=Tuning(trials=8, seed=0)))
+
+
+def test_kv_job_tunes_on_train_and_scores_every_instance(tuned: Result) -> None:
+    assert tuned.status == "ok", tuned.message
+    assert (tuned.backend, tuned.trials, tuned.gated) == ("process", 8, False)
+    assert tuned.seconds > 0
+    assert sorted(i.role for i in tuned.instances) == ["eval", "train"]
+    for instance in tuned.instances:
+        assert 0.0 <= instance.metrics["block_hit_rate"] <= 1.0
+        assert instance.metrics["accesses"] > 0
+    assert set(tuned.params) == set(RANGES)
+    for name, (low, high) in RANGES.items():
+        assert low <= tuned.params[name] <= high
+
+
+def test_tuning_never_loses_to_the_defaults(box: ProcessSandbox, tuned: Result) -> None:
+    defaults = box.run(_job())
+    assert defaults.status == "ok", defaults.message
+    assert defaults.params == {"w_hits": 1.0, "half_life_s": pytest.approx(60.0)}
+    assert defaults.trials == 0
+    assert _train_rate(tuned) >= _train_rate(defaults)
+
+
+def test_gate_skips_the_eval_instances_when_train_falls_short(box: ProcessSandbox) -> None:
+    gated = box.run(_job(tuning=Tuning(trials=2, gate=1.0)))
+    assert gated.status == "ok", gated.message
+    assert gated.gated
+    assert [i.role for i in gated.instances] == ["train"]
+    passed = box.run(_job(tuning=Tuning(trials=2, gate=0.0)))
+    assert not passed.gated
+    assert sorted(i.role for i in passed.instances) == ["eval", "train"]
+
+
+def test_candidate_outside_the_subset_is_invalid_with_the_checkers_line(box: ProcessSandbox) -> None:
+    source = CANDIDATE.replace("def priority", "import os\n\n\ndef priority")
+    with pytest.raises(StaticError) as expected:
+        check(source, targets.load("kv").signatures)
+    result = box.run(_job(source))
+    assert result.status == "invalid"
+    assert result.message == str(expected.value)
+    assert result.message.startswith("line 5: ")
+
+
+def test_infinite_loop_hits_the_wall_clock_kill(box: ProcessSandbox) -> None:
+    result = box.run(_hostile("while True:\n    pass\n", wall_s=3))
+    assert result.status == "timeout"
+    assert "wall-clock" in result.message
+    assert result.seconds < 3 + 2
+
+
+def test_cpu_limit_ends_a_busy_loop(box: ProcessSandbox) -> None:
+    result = box.run(_hostile("while True:\n    pass\n", cpu_s=1, wall_s=30))
+    assert result.status == "timeout"
+    assert "CPU" in result.message
+
+
+def test_memory_balloon_is_oom(box: ProcessSandbox) -> None:
+    result = box.run(_hostile("hoard = []\nwhile True:\n    hoard.append(bytearray(10**8))\n", memory_mb=768))
+    assert result.status == "oom", result.message
+
+
+def test_candidate_sees_a_scrubbed_environment_and_a_private_home(
+    box: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRUCIBLE_TEST_SECRET", "hunter2")
+    source = (
+        "import os\n"
+        "raise RuntimeError(f\"secret={os.environ.get('CRUCIBLE_TEST_SECRET')} "
+        "home={os.environ['HOME']} cwd={os.getcwd()}\")\n"
+    )
+    result = box.run(_hostile(source))
+    assert result.status == "invalid"
+    assert "secret=None" in result.message
+    assert "hunter2" not in result.message
+    seen = dict(part.split("=", 1) for part in result.message.split()[1:])
+    assert seen["home"] == seen["cwd"] != os.environ.get("HOME")
+    assert not Path(seen["home"]).exists()  # the private temp dir is removed after the job
+
+
+def test_network_is_unreachable_in_the_new_namespace(box: ProcessSandbox) -> None:
+    if not box.network_isolated:
+        pytest.skip("no network namespace can be created here")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        source = (
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "raise SystemError('connected')\n"
+        )
+        result = box.run(_hostile(source))
+    assert result.status == "invalid"
+    assert "unreachable" in result.message
+
+
+def test_print_flood_is_capped(box: ProcessSandbox) -> None:
+    result = box.run(_hostile("while True:\n    print('x' * 4096)\n", output_kb=64, wall_s=30))
+    assert result.status == "crashed"
+    assert "output limit exceeded" in result.message
+    assert result.seconds < 10
+
+
+def test_worker_that_dies_without_a_result_is_crashed(box: ProcessSandbox) -> None:
+    result = box.run(_hostile("import os\nos._exit(3)\n"))
+    assert result.status == "crashed"
+    assert "exit code 3" in result.message
