@@ -47,7 +47,12 @@ def run(job: Job) -> Result:
         return Result("crashed", one_line(exc), seconds=time.monotonic() - start)
     status: Status = "ok"
     try:
-        result = _unchecked(job, target) if job.skip_check else _checked(job, target)
+        if job.builtin:
+            result = _builtin(job, target)
+        elif job.skip_check:
+            result = _unchecked(job, target)
+        else:
+            result = _checked(job, target)
     except StaticError as exc:
         message = str(exc)[:MESSAGE_CHARS]
         status = "invalid"
@@ -93,6 +98,16 @@ def _checked(job: Job, target: Target) -> Result:
     if not gated:
         done += [_evaluate(target, program, i, params) for i in job.instances if i.role != "train"]
     return Result("ok", params=params, instances=tuple(done), trials=trials, gated=gated)
+
+
+def _builtin(job: Job, target: Target) -> Result:
+    """A target's built-in baseline (a mechanism variant, not a candidate) on every instance."""
+    results = []
+    for instance in job.instances:
+        start = time.perf_counter()
+        metrics = target.evaluate_builtin(job.builtin, instance)
+        results.append(InstanceResult(instance.label, instance.role, metrics, time.perf_counter() - start))
+    return Result("ok", instances=tuple(results))
 
 
 def _start_params(program: Program, given: Mapping[str, float] | None) -> dict[str, float]:

@@ -34,7 +34,7 @@ class UserError(Exception):
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    _err.print(f"crucible: error: {message}", markup=False, highlight=False)
+    print(f"crucible: error: {' '.join(message.split())}", file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -294,7 +294,7 @@ def _runs(args: argparse.Namespace) -> None:
     if not summary.best:
         raise UserError(f"run {run.id} has no evaluated candidate yet")
     program = check(summary.best["source"], target.signatures)
-    text = render(program, summary.best["params"])
+    text = render(program, summary.best["params"]).rstrip("\n") + "\n"
     if args.output:
         Path(args.output).write_text(text)
         _err.print(f"wrote {args.output} (candidate #{summary.best['candidate_id']})", markup=False)
@@ -335,3 +335,7 @@ def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: 
     if rejected:
         console.print(f"not evaluated, by reason: {json.dumps(rejected, sort_keys=True)}", highlight=False)
     _print_summary(summary, target, as_json=False)
+
+
+if __name__ == "__main__":
+    main()

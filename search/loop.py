@@ -125,9 +125,9 @@ class Search:
         rows = list(self.store.candidates(self.run.id))
         for row in rows:
             self._admit(row)
-        done = sum(1 for row in rows if row.proposer != BASELINE)
+        done = sum(1 for row in rows if row.proposer != BASELINE and row.status != "pending")
         self.reporter.started(self.run.id, done, self.config.budget)
-        pending = [row for row in rows if row.status == "pending"]
+        pending = [row for row in rows if row.status == "pending" and row.proposer != BASELINE]
         seq = max((row.seq for row in rows), default=-1) + 1
         with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
             while pending or done < self.config.budget:
@@ -156,20 +156,22 @@ class Search:
 
     def _ensure_baselines(self) -> None:
         """Evaluate every baseline once per run; they seed the islands and anchor the report."""
-        have = {row.name for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
-        have |= {e.policy for e in self.store.evaluations(self.run.id) if e.policy}
-        formats = {n: s for n, s in self.target.baselines().items() if n not in have}
-        builtins = [n for n in self.target.builtin_baselines() if n not in have]
-        if not formats and not builtins:
-            return
-        self.reporter.note(f"evaluating {len(formats) + len(builtins)} baselines")
+        existing = {row.name: row for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
         rows = []
-        for i, (name, source) in enumerate(formats.items()):
-            row = Candidate(
-                run_id=self.run.id, seq=-1 - len(have) - i, name=name, source=source,
-                fingerprint=fingerprint(source), island=i % self.config.islands, proposer=BASELINE,
+        for i, (name, source) in enumerate(self.target.baselines().items()):
+            row = existing.get(name) or self.store.add_candidate(
+                Candidate(
+                    run_id=self.run.id, seq=-1 - i, name=name, source=source, fingerprint=fingerprint(source),
+                    island=i % self.config.islands, proposer=BASELINE,
+                )
             )
-            rows.append(self.store.add_candidate(row))
+            if row.status == "pending":
+                rows.append(row)
+        done = {e.policy for e in self.store.evaluations(self.run.id) if e.policy}
+        builtins = [n for n in self.target.builtin_baselines() if n not in done]
+        if not rows and not builtins:
+            return
+        self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
         eval_only = tuple(i for i in self.instances if i.role == "eval")
         jobs = [self._job(row, tune=False) for row in rows]
         jobs += [Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins]
@@ -177,7 +179,7 @@ class Search:
             results = list(pool.map(self.sandbox.run, jobs))
         for row, result in zip(rows, results, strict=False):
             self._record(row, result)
-        for name, result in zip(builtins, results[len(rows):], strict=True):
+        for name, result in zip(builtins, results[len(rows) :], strict=True):
             if result.status != "ok":
                 raise RuntimeError(f"built-in baseline {name} failed: {result.message}")
             self.store.add_evaluations(self._evaluations(None, result, policy=name))

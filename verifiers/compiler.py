@@ -66,6 +66,11 @@ def _max2(a: float, b: float) -> float:
 
 
 @numba.njit(cache=False)
+def _pow(a: float, b: float) -> float:
+    return a**b  # a call, so CPython cannot fold a constant power like (-1.0) ** 0.5 into a complex
+
+
+@numba.njit(cache=False)
 def _and(a: float, b: float) -> float:
     return b if a != 0.0 else a
 
@@ -75,7 +80,14 @@ def _or(a: float, b: float) -> float:
     return a if a != 0.0 else b
 
 
-_NUMBA_GLOBALS: dict[str, Any] = {"np": np, "_min2": _min2, "_max2": _max2, "_and": _and, "_or": _or}
+_NUMBA_GLOBALS: dict[str, Any] = {
+    "np": np,
+    "_min2": _min2,
+    "_max2": _max2,
+    "_pow": _pow,
+    "_and": _and,
+    "_or": _or,
+}
 
 
 class ExprVisitor(Generic[T]):
@@ -305,7 +317,7 @@ class _NumbaExpr(ExprVisitor[str]):
         return f"({left} {op} {right})"
 
     def power(self, base: str, exponent: float) -> str:
-        return f"({base} ** ({exponent!r}))"
+        return f"_pow({base}, {exponent!r})"
 
     def unary(self, op: str, operand: str) -> str:
         if op == "not":

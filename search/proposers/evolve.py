@@ -292,7 +292,7 @@ def _change_op(d: _Draft) -> str | None:
     sites: list[tuple[ast.AST, int | None]] = []
     for slot in d.slots():
         node = slot.get()
-        if isinstance(node, ast.BinOp) and type(node.op) in _SWAPS:
+        if isinstance(node, ast.BinOp) and type(node.op) in _SWAPS and not _is_weighting(d, node):
             sites.append((node, None))
         elif isinstance(node, ast.Compare):
             sites += [(node, i) for i, op in enumerate(node.ops) if type(op) in _SWAPS]
@@ -311,6 +311,13 @@ def _change_op(d: _Draft) -> str | None:
         old, node.op = node.op, d.rng.choice(_SWAPS[type(node.op)])()
         new = node.op
     return f"with '{_SYMBOLS[type(old)]}' -> '{_SYMBOLS[type(new)]}' in {_short(node)}"
+
+
+def _is_weighting(d: _Draft, node: ast.BinOp) -> bool:
+    """Whether a product scales by a param or literal, which turns meaningless as a sum or difference."""
+    return isinstance(node.op, ast.Mult) and any(
+        d.is_param(side) or isinstance(side, ast.Constant) for side in (node.left, node.right)
+    )
 
 
 def _wrap(d: _Draft) -> str | None:

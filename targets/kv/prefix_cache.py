@@ -12,7 +12,8 @@ and the lowest scores are evicted first; a parent that becomes a leaf is scored 
 time features such as `age` are never stale. Ties go to the least recently accessed block.
 
 S3-FIFO and SIEVE are queue mechanisms rather than keys; they are built in here and skip blocks that
-are not evictable (pinned or with cached children) as if those were recently used.
+are not evictable (pinned or with cached children) as if those were recently used. On a flat stream they
+give the same hits as libCacheSim 0.3.5 (S3FIFO.c and Sieve.c; tests/targets/kv/test_libcachesim_differential.py).
 """
 
 from __future__ import annotations
@@ -40,8 +41,19 @@ _NO_NEXT_USE = 1.0e12
 _LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE, _SEQ = range(11)
 _N_STATE = 11
 
-# Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue.
-_Q_NONE, _Q_SMALL, _Q_MAIN = 0, 1, 2
+# Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue (a ghost is not cached).
+_Q_NONE, _Q_SMALL, _Q_MAIN, _Q_GHOST = 0, 1, 2, 3
+
+# S3-FIFO as libCacheSim 0.3.5 runs it with its defaults (S3FIFO.c): a small FIFO of int(0.1 * capacity)
+# blocks, a main FIFO of the rest with a 2-bit clock, and a ghost FIFO of int(0.9 * capacity) evicted ids.
+# A miss found in the ghost goes to main, any other to small, except that until the first eviction a full
+# small sends it to main. Each eviction picks its queue once: main while main is over its share or small is
+# empty, else small. Small moves a block with at least 2 hits to main and evicts the rest into the ghost;
+# main reinserts a hit block with its count less one. Unlike libCacheSim, small holds at least one block,
+# so caches under 20 blocks still admit.
+_S3_SMALL_SHARE = 0.1
+_S3_GHOST_SHARE = 0.9
+_S3_MOVE_TO_MAIN = 2
 
 
 @njit(cache=True)
@@ -188,15 +200,16 @@ def _replay(
     qid = np.zeros(nb, np.int64)
     nxt = np.full(nb, -1, np.int64)
     prv = np.full(nb, -1, np.int64)
-    head = np.full(3, -1, np.int64)
-    tail = np.full(3, -1, np.int64)
-    size = np.zeros(3, np.int64)
+    head = np.full(4, -1, np.int64)
+    tail = np.full(4, -1, np.int64)
+    size = np.zeros(4, np.int64)
     freq = np.zeros(nb, np.int64)
     hand = -1
-    small_cap = max(1, int(0.1 * capacity))
-    ghost_cap = max(1, capacity - small_cap)
-    ghost_stamp = np.full(nb, -1, np.int64)
-    n_ghost = 0
+    small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
+    main_cap = capacity - small_cap
+    ghost_cap = int(_S3_GHOST_SHARE * capacity)
+    ghost_hit = np.zeros(nb, np.bool_)
+    has_evicted = False
 
     counters = np.zeros(len(COUNTERS), np.int64)
     req_hits = np.zeros(n_req, np.int64)
@@ -238,6 +251,9 @@ def _replay(
                 S[b, _HITS] += 1.0
                 pinned[b] = True
                 freq[b] = min(freq[b] + 1, 3)
+            elif qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out of the ghost
+                _q_remove(b, qid, nxt, prv, head, tail, size)
+                ghost_hit[b] = True
 
         need = used + (n - k) - capacity
         if need > 0 and policy == POLICY_KEY:
@@ -285,8 +301,8 @@ def _replay(
             steps = 0
             limit = 4 * (used + 1)
             while need > 0 and steps < limit:
-                steps += 1
                 if policy == POLICY_SIEVE:
+                    steps += 1
                     o = hand if hand >= 0 else tail[_Q_MAIN]
                     if o < 0:
                         break
@@ -300,26 +316,29 @@ def _replay(
                         hand = -1
                     _q_remove(o, qid, nxt, prv, head, tail, size)
                 else:
-                    from_small = size[_Q_SMALL] >= small_cap or size[_Q_MAIN] == 0
-                    q = _Q_SMALL if from_small else _Q_MAIN
-                    o = tail[q]
+                    has_evicted = True
+                    q = _Q_MAIN if size[_Q_MAIN] > main_cap or size[_Q_SMALL] == 0 else _Q_SMALL
+                    o = -1
+                    while o < 0 and size[q] > 0 and steps < limit:
+                        steps += 1
+                        c = tail[q]
+                        _q_remove(c, qid, nxt, prv, head, tail, size)
+                        if pinned[c] or nchild[c] > 0:
+                            _q_push_head(q, c, qid, nxt, prv, head, tail, size)
+                        elif q == _Q_SMALL and freq[c] >= _S3_MOVE_TO_MAIN:
+                            freq[c] = 0
+                            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
+                        elif q == _Q_MAIN and freq[c] >= 1:
+                            freq[c] -= 1
+                            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
+                        else:
+                            o = c
                     if o < 0:
-                        break
-                    _q_remove(o, qid, nxt, prv, head, tail, size)
-                    if pinned[o] or nchild[o] > 0:
-                        _q_push_head(q, o, qid, nxt, prv, head, tail, size)
                         continue
-                    if from_small and freq[o] >= 1:
-                        freq[o] = 0
-                        _q_push_head(_Q_MAIN, o, qid, nxt, prv, head, tail, size)
-                        continue
-                    if not from_small and freq[o] >= 1:
-                        freq[o] -= 1
-                        _q_push_head(_Q_MAIN, o, qid, nxt, prv, head, tail, size)
-                        continue
-                    if from_small:
-                        ghost_stamp[o] = n_ghost
-                        n_ghost += 1
+                    if q == _Q_SMALL and ghost_cap > 0:
+                        if size[_Q_GHOST] >= ghost_cap:
+                            _q_remove(tail[_Q_GHOST], qid, nxt, prv, head, tail, size)
+                        _q_push_head(_Q_GHOST, o, qid, nxt, prv, head, tail, size)
                 _evict(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
                 n_leaves -= 1
                 if parent[o] >= 0 and nchild[parent[o]] == 0:
@@ -355,12 +374,12 @@ def _replay(
             if policy == POLICY_SIEVE:
                 _q_push_head(_Q_MAIN, b, qid, nxt, prv, head, tail, size)
             elif policy == POLICY_S3FIFO:
-                in_ghost = ghost_stamp[b] >= 0 and n_ghost - ghost_stamp[b] <= ghost_cap
-                ghost_stamp[b] = -1
-                _q_push_head(_Q_MAIN if in_ghost else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
+                to_main = ghost_hit[b] or (not has_evicted and size[_Q_SMALL] >= small_cap)
+                _q_push_head(_Q_MAIN if to_main else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
 
         for i in range(n):
             pinned[blocks[a0 + i]] = False
+            ghost_hit[blocks[a0 + i]] = False
 
     n_ev = counters[5] if record else 0
     return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]

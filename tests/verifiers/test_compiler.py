@@ -126,7 +126,9 @@ def test_floor_and_ceil_return_floats_in_python() -> None:
 
 
 def test_loops_are_unrolled_with_the_loop_variable_as_a_literal() -> None:
-    source = fn_body("acc = 0", "for i in range(3):", "    for k in range(2):", "        acc += i * 10 + k", "return acc")
+    source = fn_body(
+        "acc = 0", "for i in range(3):", "    for k in range(2):", "        acc += i * 10 + k", "return acc"
+    )
     code = to_source(check(source, [SIG]), "priority", COLUMNS)
     assert "for " not in code and "range" not in code
     assert code.count("v_acc = (v_acc + (((2.0) * (10.0)) + (1.0)))") == 1

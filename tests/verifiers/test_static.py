@@ -111,7 +111,13 @@ REJECTED_IN_BODY = {
     "for-tuple-target": (["for i, k in range(3):", "    pass", "return 0"], [(4, "no-loops")]),
     "for-else": (["for i in range(2):", "    pass", "else:", "    pass", "return 0"], [(4, "no-loops")]),
     "nested-loops-too-long": (
-        ["for i in range(16):", "    for k in range(16):", "        for m in range(2):", "            pass", "return 0"],
+        [
+            "for i in range(16):",
+            "    for k in range(16):",
+            "        for m in range(2):",
+            "            pass",
+            "return 0",
+        ],
         [(6, "no-loops")],
     ),
     "break": (["for i in range(2):", "    break", "return 0"], [(5, "no-loops")]),
@@ -217,16 +223,24 @@ REJECTED_AT_MODULE_LEVEL = {
     "class": ("class A:\n    pass\n" + FUNCTION, [(1, "module-level")]),
     "loop": ("for i in range(2):\n    pass\n" + FUNCTION, [(1, "module-level")]),
     "if": ("if 1:\n    pass\n" + FUNCTION, [(1, "module-level")]),
-    "async-function": ("async def priority(b, p):\n    return 0\n", [(1, "module-level"), (1, "missing-function")]),
+    "async-function": (
+        "async def priority(b, p):\n    return 0\n",
+        [(1, "module-level"), (1, "missing-function")],
+    ),
     "helper-function": (FUNCTION + "def helper(b, p):\n    return 0\n", [(3, "unknown-function")]),
     "duplicate-function": (FUNCTION + FUNCTION, [(3, "module-level")]),
     "missing-function": ('"""Nothing here."""\n', [(1, "missing-function")]),
     "syntax-error": ("def priority(b, p):\n    return (\n", [(2, "syntax")]),
-    "duplicate-params": ('PARAMS = {"w": (0, 1)}\nPARAMS = {"v": (0, 1)}\n' + FUNCTION, [(2, "module-level")]),
+    "duplicate-params": (
+        'PARAMS = {"w": (0, 1)}\nPARAMS = {"v": (0, 1)}\n' + FUNCTION,
+        [(2, "module-level")],
+    ),
 }
 
 
-@pytest.mark.parametrize(("source", "expected"), REJECTED_AT_MODULE_LEVEL.values(), ids=REJECTED_AT_MODULE_LEVEL.keys())
+@pytest.mark.parametrize(
+    ("source", "expected"), REJECTED_AT_MODULE_LEVEL.values(), ids=REJECTED_AT_MODULE_LEVEL.keys()
+)
 def test_rejects_at_module_level(source: str, expected: list[tuple[int, str]]) -> None:
     assert violations(source) == expected
 
@@ -328,7 +342,10 @@ def test_collects_every_violation_in_line_order_and_summarises_in_one_line() -> 
         (6, "unknown-feature"),
         (7, "unknown-name"),
     ]
-    assert str(error) == "line 4: [no-while] 'while' loops are not allowed; use 'for i in range(N)', N <= 16 (+2 more)"
+    assert (
+        str(error)
+        == "line 4: [no-while] 'while' loops are not allowed; use 'for i in range(N)', N <= 16 (+2 more)"
+    )
     assert "\n" not in str(error)
 
 
