@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -15,16 +14,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar, get_args
+from typing import Any, ClassVar, get_args
 
 from .base import SandboxUnavailable
 from .job import Job, Limits, Result, Status
 from .worker import MESSAGE_CHARS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONFINE_SCRIPT = Path(__file__).resolve().with_name("confine.py")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 NAMESPACE_FLAGS = (CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET)
@@ -66,7 +65,11 @@ class ProcessSandbox:
         for flags in NAMESPACE_FLAGS:
             try:
                 subprocess.run(
-                    [sys.executable, "-c", ""], preexec_fn=_unshare(flags), check=True, env={}, timeout=30
+                    _confined({"rlimits": [], "unshare": flags}, [sys.executable, "-c", ""]),
+                    check=True,
+                    env={},
+                    timeout=30,
+                    stderr=subprocess.DEVNULL,
                 )
             except (OSError, subprocess.SubprocessError):
                 continue
@@ -108,14 +111,15 @@ class ProcessSandbox:
             with (
                 job_file.open("rb") as stdin,
                 subprocess.Popen(
-                    [sys.executable, "-m", "sandbox.worker"],
+                    _confined(
+                        _confinement(limits, self.namespace_flags), [sys.executable, "-m", "sandbox.worker"]
+                    ),
                     stdin=stdin,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=scratch,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_confine(limits, self.namespace_flags),
                 ) as proc,
             ):
                 watch = _watch(proc, deadline, limits.output_kb * 1024)
@@ -136,8 +140,8 @@ class _Watch:
     """"wall" or "output" when we killed the process group; empty otherwise."""
 
 
-def _confine(limits: Limits, namespace_flags: int) -> Callable[[], None]:
-    """The preexec hook: rlimits (capped at the inherited hard limits), then the namespaces if any work."""
+def _confinement(limits: Limits, namespace_flags: int) -> dict[str, Any]:
+    """The spec for confine.py: rlimits (capped at the inherited hard limits), then the namespaces if any."""
     mb = 1024 * 1024
     wanted = {
         resource.RLIMIT_AS: (limits.memory_mb * mb,) * 2,
@@ -146,16 +150,13 @@ def _confine(limits: Limits, namespace_flags: int) -> Callable[[], None]:
         resource.RLIMIT_FSIZE: (limits.file_size_mb * mb,) * 2,
         resource.RLIMIT_CORE: (0, 0),
     }
-    settings = [(which, _within(which, soft, hard)) for which, (soft, hard) in wanted.items()]
-    unshare = _unshare(namespace_flags) if namespace_flags else None
+    rlimits = [[which, *_within(which, soft, hard)] for which, (soft, hard) in wanted.items()]
+    return {"rlimits": rlimits, "unshare": namespace_flags}
 
-    def confine() -> None:
-        for which, (soft, hard) in settings:
-            resource.setrlimit(which, (soft, hard))
-        if unshare:
-            unshare()
 
-    return confine
+def _confined(spec: dict[str, Any], command: list[str]) -> list[str]:
+    """The command line that confines itself with confine.py before it execs `command`."""
+    return [sys.executable, "-I", "-S", str(CONFINE_SCRIPT), json.dumps(spec), *command]
 
 
 def _within(which: int, soft: int, hard: int) -> tuple[int, int]:
@@ -164,18 +165,6 @@ def _within(which: int, soft: int, hard: int) -> tuple[int, int]:
     if inherited == resource.RLIM_INFINITY:
         return soft, hard
     return min(soft, inherited), min(hard, inherited)
-
-
-def _unshare(flags: int) -> Callable[[], None]:
-    """A preexec hook that moves the child into new namespaces; libc is resolved here, before the fork."""
-    call = ctypes.CDLL(None, use_errno=True).unshare
-
-    def unshare() -> None:
-        if call(flags) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno))
-
-    return unshare
 
 
 def _watch(proc: subprocess.Popen[bytes], deadline: float, output_cap: int) -> _Watch:

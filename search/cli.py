@@ -129,8 +129,13 @@ def _proposer(name: str) -> Proposer:
 class _Progress(Reporter):
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("best {task.fields[best]}"), console=console, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("best {task.fields[best]}"),
+            console=console,
+            transient=False,
         )
         self.task: Any = None
 
@@ -162,8 +167,15 @@ def _search(args: argparse.Namespace) -> None:
         workload, config = _target_config(target, args)
         target.instances(workload, config)  # validate before anything is stored
         run_config = RunConfig(
-            target=args.target, workload=workload, target_config=config, budget=args.budget, seed=args.seed,
-            trials=args.trials, workers=args.workers, proposer=args.proposer, time_budget_s=args.time_budget,
+            target=args.target,
+            workload=workload,
+            target_config=config,
+            budget=args.budget,
+            seed=args.seed,
+            trials=args.trials,
+            workers=args.workers,
+            proposer=args.proposer,
+            time_budget_s=args.time_budget,
         )
         run = store.create_run(args.target, run_config.to_json())
     config = RunConfig.from_json(json.loads(run.config))
@@ -192,7 +204,9 @@ def _print_summary(summary: Summary, target: Target, as_json: bool) -> None:
     console = Console()
     console.print(_table(f"run {summary.run_id} ({summary.status})", rows, target))
     if summary.best:
-        console.print(f"best heuristic: crucible runs best {summary.run_id} --output best.py", highlight=False)
+        console.print(
+            f"best heuristic: crucible runs best {summary.run_id} --output best.py", highlight=False
+        )
 
 
 def _table(title: str, rows: dict[str, dict[str, float]], target: Target) -> Table:
@@ -225,7 +239,9 @@ def _baselines(args: argparse.Namespace) -> None:
             raise UserError(f"baseline {name} failed: {result.message}")
         table[name] = result.instances[0].metrics
     if args.json:
-        print(json.dumps({"workload": workload, "config": config, "baselines": table}, indent=2, sort_keys=True))
+        print(
+            json.dumps({"workload": workload, "config": config, "baselines": table}, indent=2, sort_keys=True)
+        )
     else:
         Console().print(_table(f"baselines on {instances[0].label}", table, target))
 
@@ -248,14 +264,20 @@ def _eval(args: argparse.Namespace) -> None:
     if not args.tune:
         instances = [i for i in instances if i.role == "eval"]
     tuning = Tuning(trials=args.trials, seed=args.seed) if args.tune else None
-    result = _sandbox(args).run(Job(target.name, source, tuple(instances), params=program.defaults(), tuning=tuning))
+    result = _sandbox(args).run(
+        Job(target.name, source, tuple(instances), params=program.defaults(), tuning=tuning)
+    )
     if result.status != "ok":
         raise UserError(f"{args.file}: evaluation {result.status}: {result.message}")
     evals = [i for i in result.instances if i.role == "eval"]
     if args.json:
         out = {
-            "file": str(path), "workload": workload, "config": config, "params": result.params,
-            "metrics": evals[0].metrics if evals else {}, "backend": result.backend,
+            "file": str(path),
+            "workload": workload,
+            "config": config,
+            "params": result.params,
+            "metrics": evals[0].metrics if evals else {},
+            "backend": result.backend,
         }
         print(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -278,7 +300,11 @@ def _runs(args: argparse.Namespace) -> None:
             info = _run_json(store, r.id)
             best = info["best"]["score"] if info["best"] else None
             table.add_row(
-                r.id, r.target, r.status, f"{r.created_at:%Y-%m-%d %H:%M}", str(info["candidates"]),
+                r.id,
+                r.target,
+                r.status,
+                f"{r.created_at:%Y-%m-%d %H:%M}",
+                str(info["candidates"]),
                 "-" if best is None else f"{best:.4f}",
             )
         Console().print(table)
@@ -308,9 +334,14 @@ def _run_json(store: Store, run_id: str) -> dict[str, Any]:
     target = targets.load(run.target)
     summary = summarize(store, run_id, target.objective.direction == "maximize")
     return {
-        "run_id": run.id, "target": run.target, "status": run.status, "message": run.message,
-        "created_at": run.created_at, "config": json.loads(run.config),
-        "candidates": sum(summary.counts.values()), "counts": summary.counts,
+        "run_id": run.id,
+        "target": run.target,
+        "status": run.status,
+        "message": run.message,
+        "created_at": run.created_at,
+        "config": json.loads(run.config),
+        "candidates": sum(summary.counts.values()),
+        "counts": summary.counts,
         "best": {k: v for k, v in summary.best.items() if k != "source"} if summary.best else None,
         "baselines": summary.baselines,
     }

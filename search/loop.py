@@ -135,7 +135,9 @@ class Search:
                     self.store.set_run_status(self.run.id, "stopped", "time budget spent")
                     self.store.log(self.run.id, "stopped", "time budget spent")
                     return self.summary()
-                batch = pending or self._propose_batch(seq, min(self.config.workers, self.config.budget - done))
+                batch = pending or self._propose_batch(
+                    seq, min(self.config.workers, self.config.budget - done)
+                )
                 pending = []
                 if not batch:
                     self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
@@ -161,8 +163,13 @@ class Search:
         for i, (name, source) in enumerate(self.target.baselines().items()):
             row = existing.get(name) or self.store.add_candidate(
                 Candidate(
-                    run_id=self.run.id, seq=-1 - i, name=name, source=source, fingerprint=fingerprint(source),
-                    island=i % self.config.islands, proposer=BASELINE,
+                    run_id=self.run.id,
+                    seq=-1 - i,
+                    name=name,
+                    source=source,
+                    fingerprint=fingerprint(source),
+                    island=i % self.config.islands,
+                    proposer=BASELINE,
                 )
             )
             if row.status == "pending":
@@ -174,7 +181,9 @@ class Search:
         self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
         eval_only = tuple(i for i in self.instances if i.role == "eval")
         jobs = [self._job(row, tune=False) for row in rows]
-        jobs += [Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins]
+        jobs += [
+            Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
+        ]
         with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
             results = list(pool.map(self.sandbox.run, jobs))
         for row, result in zip(rows, results, strict=False):
@@ -200,8 +209,11 @@ class Search:
         island, parent, inspirations = self.database.sample(rng)
         for attempt in range(20):
             request = ProposalRequest(
-                target=brief(self.target), parent=parent, inspirations=inspirations,
-                failures=self._recent_failures(), seed=rng.randrange(2**31) + attempt,
+                target=brief(self.target),
+                parent=parent,
+                inspirations=inspirations,
+                failures=self._recent_failures(),
+                seed=rng.randrange(2**31) + attempt,
             )
             try:
                 proposal = self.proposer.propose(request)
@@ -212,9 +224,17 @@ class Search:
             if mark in taken:
                 continue
             row = Candidate(
-                run_id=self.run.id, seq=seq, source=proposal.source, fingerprint=mark,
-                parent_id=parent.candidate_id, island=island, proposer=proposal.proposer,
-                model=proposal.model, note=proposal.note, tokens=proposal.tokens, cost_usd=proposal.cost_usd,
+                run_id=self.run.id,
+                seq=seq,
+                source=proposal.source,
+                fingerprint=mark,
+                parent_id=parent.candidate_id,
+                island=island,
+                proposer=proposal.proposer,
+                model=proposal.model,
+                note=proposal.note,
+                tokens=proposal.tokens,
+                cost_usd=proposal.cost_usd,
             )
             rejection = self._screen(proposal.source)
             if rejection:
@@ -236,7 +256,9 @@ class Search:
     def _job(self, row: Candidate, tune: bool = True) -> Job:
         tuning = None
         if tune:
-            tuning = Tuning(trials=self.config.trials, seed=self.config.seed * 100_003 + row.seq, gate=self._gate())
+            tuning = Tuning(
+                trials=self.config.trials, seed=self.config.seed * 100_003 + row.seq, gate=self._gate()
+            )
         return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
 
     def _gate(self) -> float | None:
@@ -268,9 +290,15 @@ class Search:
     def _evaluations(self, candidate_id: int | None, result: Result, policy: str = "") -> list[Evaluation]:
         return [
             Evaluation(
-                run_id=self.run.id, candidate_id=candidate_id, policy=policy, instance=i.label, role=i.role,
-                params=json.dumps(result.params, sort_keys=True), metrics=json.dumps(i.metrics, sort_keys=True),
-                seconds=i.seconds, backend=result.backend,
+                run_id=self.run.id,
+                candidate_id=candidate_id,
+                policy=policy,
+                instance=i.label,
+                role=i.role,
+                params=json.dumps(result.params, sort_keys=True),
+                metrics=json.dumps(i.metrics, sort_keys=True),
+                seconds=i.seconds,
+                backend=result.backend,
             )
             for i in result.instances
         ]
@@ -289,7 +317,9 @@ class Search:
         return best.score if self.maximize else -best.score
 
     def _recent_failures(self) -> tuple[str, ...]:
-        failed = [r for r in self.store.candidates(self.run.id) if r.status not in ("evaluated", "gated", "pending")]
+        failed = [
+            r for r in self.store.candidates(self.run.id) if r.status not in ("evaluated", "gated", "pending")
+        ]
         return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
 
     def summary(self) -> Summary:
@@ -320,8 +350,13 @@ def summarize(store: Store, run_id: str, maximize: bool) -> Summary:
         top = max(scored, key=lambda r: r.score if maximize else -r.score)  # type: ignore[operator]
         metrics = _mean_metrics([json.loads(e.metrics) for e in by_candidate.get(top.id or -1, [])])
         best = {
-            "candidate_id": top.id, "seq": top.seq, "score": top.score, "metrics": metrics,
-            "params": json.loads(top.params), "note": top.note, "source": top.source,
+            "candidate_id": top.id,
+            "seq": top.seq,
+            "score": top.score,
+            "metrics": metrics,
+            "params": json.loads(top.params),
+            "note": top.note,
+            "source": top.source,
         }
     counts: dict[str, int] = {}
     for r in rows:

@@ -213,7 +213,9 @@ class Store:
 
     def count_candidates(self, run_id: str) -> int:
         with self._session() as session:
-            query = select(func.count()).select_from(Candidate).where(
-                Candidate.run_id == run_id, Candidate.proposer != "baseline"
+            query = (
+                select(func.count())
+                .select_from(Candidate)
+                .where(Candidate.run_id == run_id, Candidate.proposer != "baseline")
             )
             return int(session.exec(query).one())

@@ -69,7 +69,12 @@ class Instance:
     role: Literal["train", "eval"] = "eval"
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.workload, "config": dict(self.config), "label": self.label, "role": self.role}
+        return {
+            "workload": self.workload,
+            "config": dict(self.config),
+            "label": self.label,
+            "role": self.role,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Instance:

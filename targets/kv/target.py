@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -117,8 +117,17 @@ def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dic
     """Run the compiled mechanism on an instance and return its counters by name."""
     trace = instance_trace(instance)
     counters, _, _, _ = compiled_replay()(
-        key, params, policy, int(instance.config["capacity"]), trace.timestamps_s, trace.offsets,
-        trace.blocks, trace.parent, trace.depth, trace.block_tokens, False,
+        key,
+        params,
+        policy,
+        int(instance.config["capacity"]),
+        trace.timestamps_s,
+        trace.offsets,
+        trace.blocks,
+        trace.parent,
+        trace.depth,
+        trace.block_tokens,
+        False,
     )
     return dict(zip(COUNTERS, (int(c) for c in counters), strict=True))
 
@@ -174,7 +183,9 @@ def load_workload(workload: str) -> Trace:
         parts = workload.split(":")
         if len(parts) != 3 or parts[1] not in GENERATORS or not parts[2].isdigit():
             kinds = ", ".join(GENERATORS)
-            raise WorkloadError(f"generated workloads are gen:<kind>:<seed> with kind one of {kinds}; got {workload!r}")
+            raise WorkloadError(
+                f"generated workloads are gen:<kind>:<seed> with kind one of {kinds}; got {workload!r}"
+            )
         return _generated(parts[1], int(parts[2]))
     path = Path(workload)
     if not path.is_file():

@@ -78,7 +78,9 @@ def test_a_killed_search_resumes_without_repeating_or_losing_a_candidate(tmp_pat
 
     killed = tmp_path / "killed.db"
     command = [sys.executable, "-m", "search.cli", *args, "--db", f"sqlite:///{killed}"]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         time.sleep(0.2)
@@ -103,7 +105,9 @@ def test_a_killed_search_resumes_without_repeating_or_losing_a_candidate(tmp_pat
 
 def _proposed(db: Path) -> int:
     try:
-        rows = stored(db, "select count(*) from candidate where proposer != 'baseline' and status != 'pending'")
+        rows = stored(
+            db, "select count(*) from candidate where proposer != 'baseline' and status != 'pending'"
+        )
     except sqlite3.OperationalError:
         return 0
     return int(rows[0][0])

@@ -243,7 +243,7 @@ def programs(draw: st.DrawFn) -> str:
     names: tuple[str, ...] = ()
     lines = []
     for n in range(draw(st.integers(1, 3))):
-        lines.append(f"t{n} = {expression(draw, names, 3)}")
+        lines.append(f"t{n} = {expression(draw, names, 2)}")
         names += (f"t{n}",)
     lines.append(f"if {expression(draw, names, 2)}:")
     if draw(st.booleans()):
@@ -252,7 +252,7 @@ def programs(draw: st.DrawFn) -> str:
         lines.append(f"    u = {expression(draw, names, 2)}")
     lines += ["else:", f"    u = {expression(draw, names, 2)}"]
     names += ("u",)
-    lines.append(f"for i in range({draw(st.integers(1, 4))}):")
+    lines.append(f"for i in range({draw(st.integers(1, 3))}):")
     lines.append(f"    u {draw(st.sampled_from(['+=', '-=', '*=']))} {expression(draw, (*names, 'i'), 2)}")
     lines.append(f"return {expression(draw, names, 3)}")
     return PARAMS_LINE + "\n\n" + fn_body(*lines)

@@ -41,19 +41,36 @@ def prefix_traces(draw: st.DrawFn) -> Trace:
         paths.append(path)
         t += draw(st.integers(0, 5000))
         tokens = 512 * (len(path) - 1) + draw(st.integers(1, 512))
-        records.append((line + 1, {"timestamp": t, "input_length": tokens, "output_length": 1, "hash_ids": path}))
+        records.append(
+            (line + 1, {"timestamp": t, "input_length": tokens, "output_length": 1, "hash_ids": path})
+        )
     return build_trace(records, source="generated")
 
 
 def _replay(trace: Trace, capacity: int, policy: int, params: np.ndarray) -> tuple[np.ndarray, ...]:
     return compiled_replay()(
-        _KEY, params, policy, capacity, trace.timestamps_s, trace.offsets, trace.blocks, trace.parent,
-        trace.depth, trace.block_tokens, True,
+        _KEY,
+        params,
+        policy,
+        capacity,
+        trace.timestamps_s,
+        trace.offsets,
+        trace.blocks,
+        trace.parent,
+        trace.depth,
+        trace.block_tokens,
+        True,
     )
 
 
-def _check_rules(trace: Trace, capacity: int, counters: np.ndarray, req_hits: np.ndarray,
-                 ev_req: np.ndarray, ev_block: np.ndarray) -> None:
+def _check_rules(
+    trace: Trace,
+    capacity: int,
+    counters: np.ndarray,
+    req_hits: np.ndarray,
+    ev_req: np.ndarray,
+    ev_block: np.ndarray,
+) -> None:
     """Replay the recorded evictions in plain Python and check every rule of the mechanism."""
     cached: set[int] = set()
     children: dict[int, int] = {}
@@ -98,13 +115,17 @@ def _check_rules(trace: Trace, capacity: int, counters: np.ndarray, req_hits: np
     policy=st.sampled_from([POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO]),
     weights=st.lists(st.floats(-5, 5), min_size=3, max_size=3),
 )
-def test_mechanism_rules_hold_for_every_policy(trace: Trace, capacity: int, policy: int, weights: list[float]) -> None:
+def test_mechanism_rules_hold_for_every_policy(
+    trace: Trace, capacity: int, policy: int, weights: list[float]
+) -> None:
     result = _replay(trace, capacity, policy, np.array(weights))
     _check_rules(trace, capacity, *result)
 
 
 def test_a_request_longer_than_the_cache_caches_only_its_head() -> None:
-    records = [(1, {"timestamp": 0, "input_length": 512 * 5, "output_length": 1, "hash_ids": [0, 1, 2, 3, 4]})]
+    records = [
+        (1, {"timestamp": 0, "input_length": 512 * 5, "output_length": 1, "hash_ids": [0, 1, 2, 3, 4]})
+    ]
     trace = build_trace(records, source="one")
     counters, _, _, _ = _replay(trace, 3, POLICY_KEY, np.zeros(3))
     assert dict(zip(COUNTERS, counters.tolist(), strict=True))["uncached"] == 2
@@ -121,11 +142,23 @@ def test_lru_evicts_the_least_recent_branch_first() -> None:
     ]
     records = [(i + 1, {**row, "input_length": 1024, "output_length": 1}) for i, row in enumerate(rows)]
     trace = build_trace(records, source="branches")
-    lru = to_numba(check('def priority(b, p):\n    return b.last_access\n', [PRIORITY]), "priority",
-                   BLOCK_FEATURES.columns())
-    counters, req_hits, _, ev_block = compiled_replay()(
-        lru, np.zeros(0), POLICY_KEY, 3, trace.timestamps_s, trace.offsets, trace.blocks, trace.parent,
-        trace.depth, trace.block_tokens, True,
+    lru = to_numba(
+        check("def priority(b, p):\n    return b.last_access\n", [PRIORITY]),
+        "priority",
+        BLOCK_FEATURES.columns(),
+    )
+    _, req_hits, _, ev_block = compiled_replay()(
+        lru,
+        np.zeros(0),
+        POLICY_KEY,
+        3,
+        trace.timestamps_s,
+        trace.offsets,
+        trace.blocks,
+        trace.parent,
+        trace.depth,
+        trace.block_tokens,
+        True,
     )
     assert req_hits.tolist() == [0, 1, 1, 2, 1]
     assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 3]
