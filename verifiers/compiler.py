@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import numba
 import numpy as np
 from numba import types
+from numba.core.dispatcher import Dispatcher
 
 from verifiers.program import Program
 from verifiers.static import BINARY_OPS, COMPARE_OPS, RESERVED_PREFIX, UNARY_OPS, is_docstring, number
@@ -50,9 +51,8 @@ PYTHON_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ceil": _ceil,
     "clamp": _clamp,
 }
-_POW = (
-    RESERVED_PREFIX + "pow"
-)  # math.pow: raises where `**` would turn complex, as every other math call does
+# `**` runs as math.pow, which raises where `**` would turn complex, as every other math call does.
+_POW = RESERVED_PREFIX + "pow"
 
 
 @numba.njit(cache=False)
@@ -91,7 +91,10 @@ _NUMBA_GLOBALS: dict[str, Any] = {
 
 
 class ExprVisitor(Generic[T]):
-    """Folds a checked expression bottom-up; a back end says what each allowed node becomes."""
+    """Folds a checked expression bottom-up; a back end says what each allowed node becomes.
+
+    Expressions come from `unroll`, so every name is a local: loop variables are already numbers.
+    """
 
     def __init__(self, fn: ast.FunctionDef) -> None:
         self.state_arg = fn.args.args[0].arg
@@ -249,7 +252,7 @@ def to_source(program: Program, name: str, columns: Mapping[str, int]) -> str:
     return "\n".join([f"def {name}(X, j, P):", *_emit(unroll(fn), expr, 1)]) + "\n"
 
 
-def to_numba(program: Program, name: str, columns: Mapping[str, int]) -> Any:
+def to_numba(program: Program, name: str, columns: Mapping[str, int]) -> Dispatcher:
     """The function compiled with numba to SIGNATURE, so simulators can call it as a FUNCTION_TYPE value."""
     namespace = dict(_NUMBA_GLOBALS)
     exec(compile(to_source(program, name, columns), f"<candidate {name}>", "exec"), namespace)

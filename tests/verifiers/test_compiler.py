@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import numba
 import numpy as np
@@ -36,16 +35,16 @@ def row(state: Mapping[str, float]) -> np.ndarray:
     return np.array([[state[f] for f in FEATURES]], dtype=np.float64)
 
 
-def both(source: str, state: Mapping[str, float] = STATE, params: Mapping[str, float] | None = None) -> Any:
+def both(
+    source: str, state: Mapping[str, float] = STATE, params: Mapping[str, float] | None = None
+) -> tuple[float | type[Exception], float]:
     """(python result or the exception type it raised, numba result) of `priority` on one state."""
     program = check(source, [SIG])
     compiled = to_numba(program, "priority", COLUMNS)(row(state), 0, param_vector(program, params or {}))
     try:
         return to_python(program, "priority")(state, params or {}), compiled
-    except ArithmeticError as exc:
+    except (ArithmeticError, ValueError) as exc:
         return type(exc), compiled
-    except ValueError:
-        return ValueError, compiled
 
 
 def fn(expression: str) -> str:
@@ -254,7 +253,7 @@ def programs(draw: st.DrawFn) -> str:
     names += ("u",)
     lines.append(f"for i in range({draw(st.integers(1, 3))}):")
     lines.append(f"    u {draw(st.sampled_from(['+=', '-=', '*=']))} {expression(draw, (*names, 'i'), 2)}")
-    lines.append(f"return {expression(draw, names, 3)}")
+    lines.append(f"return {expression(draw, names, 2)}")
     return PARAMS_LINE + "\n\n" + fn_body(*lines)
 
 
