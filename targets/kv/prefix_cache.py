@@ -13,7 +13,7 @@ time features such as `age` are never stale. Ties go to the least recently acces
 
 S3-FIFO and SIEVE are queue mechanisms rather than keys; they are built in here and skip blocks that
 are not evictable (pinned or with cached children) as if those were recently used. On a flat stream they
-give the same hits as libCacheSim 0.3.5 (S3FIFO.c and Sieve.c; tests/targets/kv/test_libcachesim_differential.py).
+give the same hits as libCacheSim 0.3.5 (S3FIFO.c, Sieve.c), as test_libcachesim_differential.py checks.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
 
 # Per-block state columns.
-_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE, _SEQ = range(11)
+(_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE,
+ _SEQ) = range(11)
 _N_STATE = 11
 
 # Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue (a ghost is not cached).
@@ -76,7 +77,19 @@ def _heap_pop(hs, hq, hr, n):
     top = hr[0]
     n -= 1
     hs[0], hq[0], hr[0] = hs[n], hq[n], hr[n]
-    i = 0
+    _sift_down(hs, hq, hr, n, 0)
+    return top, n
+
+
+@njit(cache=True)
+def _heapify(hs, hq, hr, n):
+    """Order n unordered entries into a heap in O(n), cheaper than n pushes when a whole cache is scored."""
+    for i in range(n // 2 - 1, -1, -1):
+        _sift_down(hs, hq, hr, n, i)
+
+
+@njit(cache=True)
+def _sift_down(hs, hq, hr, n, i):
     while True:
         lo = i
         for c in (2 * i + 1, 2 * i + 2):
@@ -88,7 +101,6 @@ def _heap_pop(hs, hq, hr, n):
         hq[lo], hq[i] = hq[i], hq[lo]
         hr[lo], hr[i] = hr[i], hr[lo]
         i = lo
-    return top, n
 
 
 @njit(cache=True)
@@ -118,11 +130,43 @@ def _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens):
 
 
 @njit(cache=True)
-def _percentile(sorted_values, q):
-    n = sorted_values.size
+def _percentiles(values, n):
+    """The 50th and 90th percentiles (ranks int(q * (n - 1))) of values[:n], which this reorders.
+
+    Selection rather than a sort: every eviction reads them over all evictable blocks, so this is O(n).
+    """
     if n == 0:
-        return 0.0
-    return sorted_values[int(q * (n - 1))]
+        return 0.0, 0.0
+    k90 = int(0.9 * (n - 1))
+    p90 = _select(values, n, k90)
+    return _select(values, k90 + 1, int(0.5 * (n - 1))), p90  # the ranks up to k90 now sit in [0, k90]
+
+
+@njit(cache=True)
+def _select(a, n, k):
+    """The k-th smallest of a[:n] by quickselect with a three-way split (hits repeat a lot); reorders a."""
+    lo, hi = 0, n - 1
+    while lo < hi:
+        x, y, z = a[lo], a[(lo + hi) // 2], a[hi]
+        pivot = max(min(x, y), min(max(x, y), z))
+        lt, i, gt = lo, lo, hi
+        while i <= gt:
+            if a[i] < pivot:
+                a[lt], a[i] = a[i], a[lt]
+                lt += 1
+                i += 1
+            elif a[i] > pivot:
+                a[gt], a[i] = a[i], a[gt]
+                gt -= 1
+            else:
+                i += 1
+        if k < lt:
+            hi = lt - 1
+        elif k > gt:
+            lo = gt + 1
+        else:
+            return pivot
+    return a[k]
 
 
 @njit(cache=True)
@@ -266,15 +310,14 @@ def _replay(
                     tmp_hits[m] = X[m, 5]
                     tmp_age[m] = X[m, 3]
                     m += 1
-            sh = np.sort(tmp_hits[:m])
-            sa = np.sort(tmp_age[:m])
-            h50, h90 = _percentile(sh, 0.5), _percentile(sh, 0.9)
-            a50, a90 = _percentile(sa, 0.5), _percentile(sa, 0.9)
-            hn = 0
+            h50, h90 = _percentiles(tmp_hits, m)
+            a50, a90 = _percentiles(tmp_age, m)
             for j in range(m):
                 X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
                 s = f(X, j, params)
-                hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[row_block[j], _SEQ], j)
+                hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[row_block[j], _SEQ], j
+            hn = m
+            _heapify(hs, hq, hr, hn)
             while need > 0 and hn > 0:
                 j, hn = _heap_pop(hs, hq, hr, hn)
                 b = row_block[j]
@@ -318,6 +361,8 @@ def _replay(
                 else:
                     has_evicted = True
                     q = _Q_MAIN if size[_Q_MAIN] > main_cap or size[_Q_SMALL] == 0 else _Q_SMALL
+                    if size[q] == 0:
+                        break
                     o = -1
                     while o < 0 and size[q] > 0 and steps < limit:
                         steps += 1
