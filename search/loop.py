@@ -123,9 +123,13 @@ class Search:
         self.store.set_run_status(self.run.id, "running")
         self._ensure_baselines()
         rows = list(self.store.candidates(self.run.id))
-        for row in rows:
+        done = 0
+        for row in rows:  # rebuild the database exactly as it grew, migrations included
             self._admit(row)
-        done = sum(1 for row in rows if row.proposer != BASELINE and row.status != "pending")
+            if row.proposer != BASELINE and row.status != "pending":
+                done += 1
+                if done % self.config.migrate_every == 0:
+                    self.database.migrate()
         self.reporter.started(self.run.id, done, self.config.budget)
         pending = [row for row in rows if row.status == "pending" and row.proposer != BASELINE]
         seq = max((row.seq for row in rows), default=-1) + 1

@@ -32,11 +32,11 @@ _TOP: Interval = (-math.inf, math.inf)
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {
-        "add_term": 4.0,
-        "replace_feature": 1.5,
+        "add_term": 3.0,
+        "replace_feature": 2.0,
         "tune_literal": 0.5,
-        "delete": 1.0,
-        "replace_term": 1.5,
+        "delete": 1.5,
+        "replace_term": 2.0,
         "change_op": 0.5,
         "wrap": 1.0,
         "guard": 1.0,
@@ -118,9 +118,10 @@ class _Draft:
     def is_param(self, node: ast.AST) -> TypeGuard[ast.Attribute]:
         return _is_attr(node, self.sig.params_arg)
 
-    def fresh(self, prefix: str) -> str:
+    def fresh(self, prefix: str, avoid: Iterable[str] = ()) -> str:
+        taken = {*self.params, *avoid}
         k = 1
-        while f"{prefix}_{k}" in self.params:
+        while f"{prefix}_{k}" in taken:
             k += 1
         return f"{prefix}_{k}"
 
@@ -178,16 +179,18 @@ class _Draft:
     def adopt(self, node: ast.expr, donor: _Donor) -> ast.expr:
         """A copy of donor material, with its params declared here (renamed where a name is taken)."""
         node = copy.deepcopy(node)
-        for name in sorted({n.attr for n in ast.walk(node) if self.is_param(n)}):
+        names = sorted({n.attr for n in ast.walk(node) if self.is_param(n)})
+        renames = {}
+        for name in names:
             theirs = donor.params[name]
             mine = self.params.get(name)
             if mine is not None and (mine.low, mine.high, mine.log) == (theirs.low, theirs.high, theirs.log):
                 continue
-            new = name if mine is None else self.fresh(name)
+            new = renames[name] = name if mine is None else self.fresh(name, avoid=names)
             self.params[new] = replace(theirs, name=new)
-            for n in ast.walk(node):
-                if self.is_param(n) and n.attr == name:
-                    n.attr = new
+        for n in ast.walk(node):
+            if self.is_param(n) and n.attr in renames:
+                n.attr = renames[n.attr]
         return node
 
     def _nonneg(self, f: Feature) -> ast.expr:
@@ -453,10 +456,13 @@ class EvolveProposer:
             fn = _strip(copy.deepcopy(functions[sig.name]))
             draft = _Draft(rng, fn, sig, registry, dict(params), donors)
             op = self._pick(rng, draft)
+            if op is None:
+                raise ProposalFailed("evolve: only crossover is weighted and there are no inspirations")
             what = OPERATORS[op](draft)
             if what is None:
                 reason = f"{op} did not apply"
                 continue
+            _Fold().visit(fn)
             _drop_dead_locals(fn)
             children = {name: fn if name == sig.name else other for name, other in functions.items()}
             kept = _referenced(draft.params, children.values(), brief.signatures)
@@ -481,7 +487,7 @@ class EvolveProposer:
             f"evolve: no valid child of #{parent.candidate_id} after {self.tries} tries; last: {reason}"
         )
 
-    def _pick(self, rng: random.Random, draft: _Draft) -> str:
+    def _pick(self, rng: random.Random, draft: _Draft) -> str | None:
         """An operator by weight; at a cap growth is damped and deletion favoured; crossover needs donors."""
         full = len(draft.params) >= self.max_params or node_count(draft.fn) >= 0.8 * self.max_nodes
         names, weights = [], []
@@ -495,7 +501,7 @@ class EvolveProposer:
             if weight > 0:
                 names.append(name)
                 weights.append(weight)
-        return rng.choices(names, weights=weights)[0]
+        return rng.choices(names, weights=weights)[0] if names else None
 
 
 def _functions(source: str) -> dict[str, ast.FunctionDef]:
@@ -507,6 +513,42 @@ def _strip(fn: ast.FunctionDef) -> ast.FunctionDef:
     if len(fn.body) > 1 and is_docstring(fn.body[0]):
         del fn.body[0]
     return fn
+
+
+class _Fold(ast.NodeTransformer):
+    """Folds arithmetic on literals and drops `* 1`, `/ 1`, `+ 0` and `- 0`, which deletions can leave."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        left, right = number(node.left), number(node.right)
+        if left is not None and right is not None and type(node.op) in _FOLDABLE:
+            try:
+                value = _FOLDABLE[type(node.op)](left, right)
+            except (ArithmeticError, ValueError):
+                return node
+            if math.isfinite(value):
+                return _num(value) if value >= 0 else ast.UnaryOp(ast.USub(), _num(-value))
+        identity = _IDENTITIES.get(type(node.op))
+        if identity is not None and right == identity:
+            return node.left
+        if identity is not None and left == identity and isinstance(node.op, ast.Mult | ast.Add):
+            return node.right
+        return node
+
+
+_IDENTITIES: Mapping[type[ast.operator], float] = MappingProxyType(
+    {ast.Add: 0.0, ast.Sub: 0.0, ast.Mult: 1.0, ast.Div: 1.0}
+)
+
+
+_FOLDABLE: Mapping[type[ast.operator], Callable[[float, float], float]] = MappingProxyType(
+    {
+        ast.Add: lambda a, b: a + b,
+        ast.Sub: lambda a, b: a - b,
+        ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b,
+    }
+)
 
 
 def _drop_dead_locals(fn: ast.FunctionDef) -> None:
@@ -550,12 +592,7 @@ def _referenced(
 ) -> dict[str, ParamRange]:
     """The params some function still reads, in declaration order; the rest are dropped."""
     by_name = {s.name: s.params_arg for s in signatures}
-    used = {
-        n.attr
-        for fn in functions
-        for n in ast.walk(fn)
-        if _is_attr(n, by_name.get(fn.name, ""))
-    }
+    used = {n.attr for fn in functions for n in ast.walk(fn) if _is_attr(n, by_name.get(fn.name, ""))}
     return {name: p for name, p in params.items() if name in used}
 
 
