@@ -321,19 +321,14 @@ def _replay(
             while need > 0 and hn > 0:
                 j, hn = _heap_pop(hs, hq, hr, hn)
                 b = row_block[j]
-                p = _evict(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
-                n_leaves -= 1
-                if p >= 0 and nchild[p] == 0:
-                    leaf_pos[p] = n_leaves
-                    leaves[n_leaves] = p
-                    n_leaves += 1
-                    if not pinned[p]:
-                        _fill_row(X, m, p, now, S, depth, block_tokens, prefix_tokens)
-                        X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
-                        row_block[m] = p
-                        s = f(X, m, params)
-                        hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
-                        m += 1
+                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
+                    _fill_row(X, m, p, now, S, depth, block_tokens, prefix_tokens)
+                    X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
+                    row_block[m] = p
+                    s = f(X, m, params)
+                    hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
+                    m += 1
                 if record:
                     ev_req[counters[5]] = r
                     ev_block[counters[5]] = b
@@ -384,12 +379,7 @@ def _replay(
                         if size[_Q_GHOST] >= ghost_cap:
                             _q_remove(tail[_Q_GHOST], qid, nxt, prv, head, tail, size)
                         _q_push_head(_Q_GHOST, o, qid, nxt, prv, head, tail, size)
-                _evict(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
-                n_leaves -= 1
-                if parent[o] >= 0 and nchild[parent[o]] == 0:
-                    leaf_pos[parent[o]] = n_leaves
-                    leaves[n_leaves] = parent[o]
-                    n_leaves += 1
+                n_leaves, _ = _drop(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
                 if record:
                     ev_req[counters[5]] = r
                     ev_block[counters[5]] = o
@@ -440,16 +430,21 @@ def _leaf_remove(b, leaves, leaf_pos, n_leaves):
 
 
 @njit(cache=True)
-def _evict(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves):
-    """Drop leaf b; the caller shrinks its leaf count and re-adds the parent if it became a leaf."""
-    _leaf_remove(b, leaves, leaf_pos, n_leaves)
+def _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves):
+    """Evict leaf b into its ghost history; returns the new leaf count and the parent if it became a leaf."""
+    n_leaves = _leaf_remove(b, leaves, leaf_pos, n_leaves)
     cached[b] = False
     S[b, _EVICTIONS] += 1.0
     S[b, _EVICTED_AT] = now
     p = parent[b]
-    if p >= 0:
-        nchild[p] -= 1
-    return p
+    if p < 0:
+        return n_leaves, -1
+    nchild[p] -= 1
+    if nchild[p] > 0:
+        return n_leaves, -1
+    leaf_pos[p] = n_leaves
+    leaves[n_leaves] = p
+    return n_leaves + 1, p
 
 
 _I64 = types.int64[::1]
