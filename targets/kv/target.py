@@ -115,21 +115,18 @@ class KVTarget:
 
 def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, int]:
     """Run the compiled mechanism on an instance and return its counters by name."""
-    trace = instance_trace(instance)
-    counters, _, _, _ = compiled_replay()(
-        key,
-        params,
-        policy,
-        int(instance.config["capacity"]),
-        trace.timestamps_s,
-        trace.offsets,
-        trace.blocks,
-        trace.parent,
-        trace.depth,
-        trace.block_tokens,
-        False,
+    counters, _, _, _ = replay_trace(
+        instance_trace(instance), int(instance.config["capacity"]), key, params, policy
     )
     return dict(zip(COUNTERS, (int(c) for c in counters), strict=True))
+
+
+def replay_trace(
+    trace: Trace, capacity: int, key: Any, params: np.ndarray, policy: int, record: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled mechanism over a trace: counters, hits per request, and with `record` every eviction."""
+    arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
+    return compiled_replay()(key, params, policy, capacity, *arrays, record)
 
 
 def rates(counts: Mapping[str, int]) -> dict[str, float]:

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
-from targets.kv.target import PRIORITY
+from targets.kv.prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE
+from targets.kv.target import PRIORITY, replay_trace
 from targets.kv.trace import Trace, build_trace
 from verifiers.compiler import to_numba
 from verifiers.static import check
@@ -48,19 +48,7 @@ def prefix_traces(draw: st.DrawFn) -> Trace:
 
 
 def _replay(trace: Trace, capacity: int, policy: int, params: np.ndarray) -> tuple[np.ndarray, ...]:
-    return compiled_replay()(
-        _KEY,
-        params,
-        policy,
-        capacity,
-        trace.timestamps_s,
-        trace.offsets,
-        trace.blocks,
-        trace.parent,
-        trace.depth,
-        trace.block_tokens,
-        True,
-    )
+    return replay_trace(trace, capacity, _KEY, params, policy, record=True)
 
 
 def _check_rules(
@@ -147,18 +135,6 @@ def test_lru_evicts_the_least_recent_branch_first() -> None:
         "priority",
         BLOCK_FEATURES.columns(),
     )
-    _, req_hits, _, ev_block = compiled_replay()(
-        lru,
-        np.zeros(0),
-        POLICY_KEY,
-        3,
-        trace.timestamps_s,
-        trace.offsets,
-        trace.blocks,
-        trace.parent,
-        trace.depth,
-        trace.block_tokens,
-        True,
-    )
+    _, req_hits, _, ev_block = replay_trace(trace, 3, lru, np.zeros(0), POLICY_KEY, record=True)
     assert req_hits.tolist() == [0, 1, 1, 2, 1]
     assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 3]
