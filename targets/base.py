@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from verifiers.program import Program, Signature
+from verifiers.properties import Domain, Property
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,18 @@ class FeatureRegistry:
     """The ordered features of one decision-function argument; the order fixes the column layout."""
 
     features: tuple[Feature, ...]
+    relations: tuple[str, ...] = ()
+    """Linear relations the mechanism guarantees between features, e.g. "age == now - last_access"."""
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate feature names in registry: {names}")
+        self.domain()  # a relation over unknown names fails here, when the target is built
+
+    def domain(self) -> Domain:
+        """The features' bounds and relations, as the verifier reads them."""
+        return Domain({f.name: (f.low, f.high) for f in self.features}, self.relations)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -114,6 +122,10 @@ class Target(Protocol):
 
     def baselines(self) -> dict[str, str]:
         """Baselines written in the candidate format: name -> source."""
+        ...
+
+    def properties(self) -> tuple[Property, ...]:
+        """What Z3 proves of every candidate (failing a hard one rejects it): targets/<name>/properties.py."""
         ...
 
     def builtin_baselines(self) -> tuple[str, ...]:

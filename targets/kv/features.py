@@ -39,8 +39,21 @@ BLOCK_FEATURES = FeatureRegistry(
         Feature("pop_hits_p90", "count", 0.0, _INF, "90th percentile of hits over the evictable blocks"),
         Feature("pop_age_p50", "s", 0.0, _INF, "median age over the evictable blocks right now"),
         Feature("pop_age_p90", "s", 0.0, _INF, "90th percentile of age over the evictable blocks"),
-    )
+    ),
+    relations=(
+        "age == now - last_access",
+        "lifetime == now - inserted_at",
+        "inserted_at <= last_access",
+        "last_access <= now",
+        "hits <= accesses - 1",
+        "tokens <= prefix_tokens",
+        "depth <= prefix_tokens",
+        "prefix_tokens <= 512 * depth",
+        "pop_hits_p50 <= pop_hits_p90",
+        "pop_age_p50 <= pop_age_p90",
+    ),
 )
+"""Relations hold for every block the simulator scores (exactly in reals; its subtractions round)."""
 
 ORACLE_NEXT_USE = Feature(
     "next_use", "s", 0.0, _INF,

@@ -14,11 +14,13 @@ import numpy as np
 from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
+from verifiers.properties import Property
 from verifiers.static import check
 
 from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
+from .properties import PROPERTIES
 from .trace import Trace, load_mooncake
 
 PRIORITY = Signature(
@@ -88,6 +90,9 @@ class KVTarget:
             for entry in sorted(folder.iterdir(), key=lambda e: e.name)
             if entry.name.endswith(".py")
         }
+
+    def properties(self) -> tuple[Property, ...]:
+        return PROPERTIES
 
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("s3fifo", "sieve", "belady")
