@@ -1,10 +1,11 @@
 """Z3 proofs of a candidate's properties over its whole input domain, in a child process with a hard limit.
 
-One checked AST, walked by the compiler's `ExprVisitor` after `unroll`, is read in two algebras: Z3 reals,
-to search the whole domain, and Python floats, to replay a model Z3 finds on the function as it runs. The
-statements become one term: both arms of an `if` are translated and merged with If(), and every operation
-that can fault (a division, log, sqrt, exp, `**`) carries the condition under which it faults, guarded by
-the path that reaches it (the branch, the short-circuit of `and`/`or`, the arm of a conditional).
+One checked AST, walked by the compiler's `ExprVisitor` after `unroll`, is read in three algebras:
+intervals over the domain's box, which settle most fault and bound properties at once; Z3 reals, to search
+the whole domain for the rest; and Python floats, to replay a model Z3 finds on the function as it runs.
+The statements become one term: both arms of an `if` are translated and merged with If(), and every
+operation that can fault (a division, log, sqrt, exp, `**`) carries the condition under which it faults,
+guarded by the path that reaches it (the branch, the short-circuit of `and`/`or`, the arm of a conditional).
 
 Reals and IEEE doubles. Features and PARAMS are Z3 reals within their bounds, so a proof covers every
 double in the domain; literals are the exact rational value of their double. +, -, *, /, //, %, min, max,
@@ -13,18 +14,25 @@ abs, clamp, floor, ceil and comparisons are exact in real arithmetic; each doubl
 verdict is therefore about the real-valued function, and what it leaves unproved is rounding: a divisor
 that is non-zero in reals but rounds to 0.0 (e.g. 1 / (1e-200 * 1e-200)), an intermediate product that
 overflows while the output is bounded, a comparison decided the other way by one ulp. exp is the one
-place where underflow is modelled (exp(x) is 0.0 from x = -745.133 down, as in doubles), because "exp(-x) > 0"
-is the proof such a divisor would otherwise get wrongly.
+place where underflow is modelled (exp(x) is 0.0 from x = -745.133 down, as in doubles), because
+"exp(-x) > 0" is the proof such a divisor would otherwise get wrongly. Interval bounds are widened one ulp
+per operation, so they hold for the reals.
 
 log, exp, sqrt and non-small powers are not in real arithmetic. They are uninterpreted functions with
 facts that hold for the real functions and their doubles alike (monotone, signs, log(1) = 0, exp(0) = 1,
-log(x) <= x - 1, bounds at 1 and at the edges of the doubles), instantiated for the
-applications the formula contains; integer powers up to 8 are products (non-linear, so Z3 may answer
+log(x) <= x - 1, bounds at 1 and at the edges of the doubles), instantiated for the applications the
+formula contains; integer powers up to 8 are products (non-linear, so Z3 may answer
 unknown). The side conditions of the fault properties (x > 0 for log, x >= 0 for sqrt, x != 0 for a
 divisor, x <= 709.78 for exp) are exact and usually linear. A model Z3 finds may still rest on the
 abstraction, so every model is replayed in floats: only a violation the float run really shows is a
-counterexample; anything else is `unknown`, as are time-outs and Z3's own give-ups. Unknown is never
-shown as proved.
+counterexample. A model the floats refute adds the doubles' values at its arguments as facts and Z3 is
+asked again (a few rounds); what is still unconfirmed is `unknown`, as are time-outs and Z3's own
+give-ups. Unknown is never shown as proved.
+
+Domains. Features range independently over their bounds, narrowed only by the relations a registry
+declares (kv: age == now - last_access, inserted_at <= last_access, ...). A proof over this superset of
+the reachable states is sound; a counterexample may be a state no mechanism reaches where a relation
+between its features goes undeclared.
 
 Two-copy properties (monotone, grows-with) compare the function at two inputs that differ in one feature
 and in the features a declared relation ties to it (e.g. `now` and `last_access` for `age`); all else is
@@ -74,6 +82,8 @@ LOG_RANGE = (-744.5, 709.8)
 EXPANDED_POWERS = 8
 """Integer exponents up to this magnitude are products in Z3; others are uninterpreted functions."""
 SECONDS_PER_PROPERTY = 2.0
+REFINEMENTS = 4
+"""Times a model the floats refute is answered with the doubles' values before the verdict is unknown."""
 
 V = TypeVar("V")
 B = TypeVar("B")
@@ -198,6 +208,111 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+Box = tuple[float, float]
+Maybe = tuple[bool, bool]
+"""A condition over a box: whether it can be true, whether it can be false."""
+_TOP: Box = (-math.inf, math.inf)
+
+
+class _Intervals(_Algebra[Box, Maybe]):
+    """Interval bounds over the domain's box, each result widened one ulp outward so it is sound for the
+    reals; a fault that no box allows, or an output inside its bounds, needs no Z3 at all."""
+
+    def const(self, x: float) -> Box:
+        return (x, x)
+
+    def arith(self, op: str, a: Box, b: Box) -> Box:
+        match op:
+            case "+":
+                return _out(a[0] + b[0], a[1] + b[1])
+            case "-":
+                return _out(a[0] - b[1], a[1] - b[0])
+            case "*":
+                return _out(*_span([_times(x, y) for x in a for y in b]))
+        if b[0] <= 0.0 <= b[1]:
+            return _TOP
+        if op == "%":  # Python's % takes the divisor's sign and stays below its size
+            return (0.0, b[1]) if b[0] > 0 else (b[0], 0.0)
+        quotient = _out(*_span([x / y for x in a for y in b]))
+        return quotient if op == "/" else self.apply("floor", quotient)
+
+    def neg(self, a: Box) -> Box:
+        return (-a[1], -a[0])
+
+    def cmp(self, op: str, a: Box, b: Box) -> Maybe:
+        match op:
+            case "<":
+                return (a[0] < b[1], a[1] >= b[0])
+            case "<=":
+                return (a[0] <= b[1], a[1] > b[0])
+            case ">":
+                return self.cmp("<", b, a)
+            case ">=":
+                return self.cmp("<=", b, a)
+        meet = a[0] <= b[1] and b[0] <= a[1]
+        single = a[0] == a[1] == b[0] == b[1]
+        return (meet, not single) if op == "==" else (not single, meet)
+
+    def ite(self, c: Maybe, a: Box, b: Box) -> Box:
+        if not c[1]:
+            return a
+        if not c[0]:
+            return b
+        return (min(a[0], b[0]), max(a[1], b[1]))
+
+    def all(self, cs: Sequence[Maybe]) -> Maybe:
+        return (all(c[0] for c in cs), any(c[1] for c in cs))
+
+    def any(self, cs: Sequence[Maybe]) -> Maybe:
+        return (any(c[0] for c in cs), all(c[1] for c in cs))
+
+    def negate(self, c: Maybe) -> Maybe:
+        return (c[1], c[0])
+
+    def apply(self, name: str, a: Box) -> Box:
+        """Each function is monotone, so the ends of the box (clipped to its domain) bound it."""
+        floats = _Floats()
+        match name:
+            case "log" | "log1p" | "sqrt":
+                edge = {"log": 0.0, "log1p": -1.0, "sqrt": 0.0}[name]
+                if a[1] <= edge:
+                    return _TOP  # undefined everywhere: the fault is flagged, the value does not matter
+                low = -math.inf if a[0] <= edge and name != "sqrt" else floats.apply(name, max(a[0], edge))
+                return _out(low, floats.apply(name, a[1]))
+            case "exp":
+                return _out(floats.apply("exp", a[0]), floats.apply("exp", a[1]))
+        rounded = math.floor if name == "floor" else math.ceil
+        return tuple(float(rounded(v)) if math.isfinite(v) else v for v in a)  # type: ignore[return-value]
+
+    def power(self, a: Box, exponent: float) -> Box:
+        if exponent == 0:
+            return (1.0, 1.0)
+        if not exponent.is_integer():
+            if a[1] < 0:
+                return _TOP
+            a = (max(a[0], 0.0), a[1])
+        elif exponent % 2 == 0 and a[0] < 0:  # an even power folds the box onto its magnitudes
+            a = (0.0 if a[1] >= 0 else -a[1], max(-a[0], a[1]))
+        if exponent < 0 and a[0] <= 0.0 <= a[1]:
+            return _TOP
+        ends = [_Floats().power(v, exponent) for v in a]
+        return _out(*_span(ends))
+
+
+def _times(x: float, y: float) -> float:
+    return 0.0 if x == 0.0 or y == 0.0 else x * y  # 0 * inf is 0 here: the box's end is never reached
+
+
+def _span(values: list[float]) -> Box:
+    return _TOP if any(math.isnan(v) for v in values) else (min(values), max(values))
+
+
+def _out(low: float, high: float) -> Box:
+    if math.isnan(low) or math.isnan(high):
+        return _TOP
+    return (math.nextafter(low, -math.inf), math.nextafter(high, math.inf))
+
+
 @dataclass
 class _Reals(_Algebra[z3.ArithRef, z3.BoolRef]):
     """Z3 real terms; log, exp, sqrt and powers are uninterpreted, their applications kept for `facts`."""
@@ -265,6 +380,13 @@ class _Reals(_Algebra[z3.ArithRef, z3.BoolRef]):
         self.applications[(name, y.get_id())] = (a, y)
         return y
 
+    def anchors(self, model: z3.ModelRef) -> list[z3.BoolRef]:
+        """Facts pinning each application to the double function's value at the model's argument."""
+        anchors: list[z3.BoolRef] = []
+        for (name, _), (a, y) in self.applications.items():
+            anchors += _anchors(name, a, y, _float(model.eval(a, model_completion=True)))
+        return anchors
+
     def facts(self) -> list[z3.BoolRef]:
         """What is known of each uninterpreted application: per application, and monotone in pairs."""
         facts: list[z3.BoolRef] = []
@@ -277,6 +399,23 @@ class _Reals(_Algebra[z3.ArithRef, z3.BoolRef]):
                 for a2, y2 in apps[i + 1 :]:
                     facts.extend(_monotone(name, a1, y1, a2, y2))
         return facts
+
+
+def _anchors(name: str, a: z3.ArithRef, y: z3.ArithRef, v: float) -> list[z3.BoolRef]:
+    """What the double function's value at v says of an application whose argument is above or below v."""
+    k = float(name.removeprefix("pow_")) if name.startswith("pow_") else 1.0
+    in_domain = True if name == "exp" else v > 0 if name == "log" or k < 0 else v >= 0
+    if not in_domain:
+        return []
+    floats = _Floats()
+    fv = floats.power(v, k) if name.startswith("pow_") else floats.apply(name, v)
+    if not math.isfinite(fv):
+        return []
+    at = z3.RealVal(str(Fraction(fv)))
+    inside = z3.BoolVal(True) if name == "exp" else a > 0 if name == "log" or k < 0 else a >= 0
+    above, below = (y >= at, y <= at) if k > 0 else (y <= at, y >= at)
+    point = z3.RealVal(str(Fraction(v)))
+    return [z3.Implies(a >= point, above), z3.Implies(z3.And(inside, a <= point), below)]
 
 
 def _facts(name: str, a: z3.ArithRef, y: z3.ArithRef) -> list[z3.BoolRef]:
@@ -585,6 +724,8 @@ class _Prover:
         reals = _Reals()
         x = {name: z3.Real(name) for name in domain.bounds}
         premises = self._premises(fn, domain, reals, x)
+        if isinstance(prop.check, NoFault | Bounded) and self._inside_the_box(fn, domain, prop.check):
+            return _outcome(prop, "proved", "by interval bounds over the domain")
         match prop.check:
             case NoFault(fault=kind):
                 run = _execute(fn, reals, x, self.params)
@@ -615,6 +756,15 @@ class _Prover:
                     prop, reals, premises, goal, x, None, lambda p: self._predicate_fails(prop, p)
                 )
         raise TypeError(f"unknown property check {prop.check!r}")
+
+    def _inside_the_box(self, fn: ast.FunctionDef, domain: Domain, check: NoFault | Bounded) -> bool:
+        """Whether interval bounds alone prove the property (relations ignored: a superset, still sound)."""
+        params = {p.name: (p.low, p.high) for p in self.program.params}
+        run = _execute(fn, _Intervals(), domain.bounds, params)
+        if isinstance(check, NoFault):
+            return not any(f.unsafe[0] for f in run.faults if f.kind == check.fault)
+        low, high = run.value
+        return not any(f.unsafe[0] for f in run.faults) and check.low <= low and high <= check.high
 
     def _premises(
         self, fn: ast.FunctionDef, domain: Domain, reals: _Reals, x: Mapping[str, z3.ArithRef]
@@ -666,50 +816,61 @@ class _Prover:
         y: Mapping[str, z3.ArithRef] | None,
         shown: Callable[[_Point], tuple[str, dict[str, Any]] | None],
     ) -> Outcome:
-        """Ask Z3 for inputs that violate the property; replay any it finds in floats before believing it."""
-        solver = self._solver()
+        """Ask Z3 for inputs that violate the property; replay any it finds in floats before believing it.
+
+        A model the floats do not confirm usually rests on a log/exp/sqrt/** value no double takes; the
+        doubles' own values at the model's arguments are then added as facts and Z3 asked again.
+        """
+        deadline = time.perf_counter() + self.seconds
+        solver = z3.Solver()
         solver.add(*premises, *reals.facts(), goal)
-        answer = solver.check()
+        for _ in range(REFINEMENTS + 1):
+            answer = self._check(solver, deadline)
+            if answer != z3.sat:
+                break
+            model = solver.model()
+            point = _Point(
+                features={n: _float(model.eval(v, model_completion=True)) for n, v in x.items()},
+                params={n: _float(model.eval(v, model_completion=True)) for n, v in self.params.items()},
+                other=None
+                if y is None
+                else {n: _float(model.eval(v, model_completion=True)) for n, v in y.items()},
+            )
+            found = shown(point)
+            if found is not None:
+                message, detail = found
+                counterexample = {"inputs": point.features, "params": point.params, **detail}
+                if point.other is not None:
+                    counterexample["inputs_after"] = point.other
+                where = _describe(self.program, prop.function, point)
+                return _outcome(prop, "counterexample", f"{message} at {where}", counterexample)
+            anchors = reals.anchors(model)
+            if not anchors:
+                break
+            solver.add(*anchors)
         if answer == z3.unsat:
-            vacuous = self._solver()
+            vacuous = z3.Solver()
             vacuous.add(*premises, *reals.facts())
-            if vacuous.check() == z3.unsat:
+            if self._check(vacuous, deadline) == z3.unsat:
                 return _outcome(prop, "unknown", "vacuous: no input satisfies the premises of the property")
             return _outcome(prop, "proved")
         if answer == z3.unknown:
             return _outcome(prop, "unknown", f"Z3 gave up: {solver.reason_unknown()}")
-        model = solver.model()
-        point = _Point(
-            features={n: _float(model.eval(v, model_completion=True)) for n, v in x.items()},
-            params={n: _float(model.eval(v, model_completion=True)) for n, v in self.params.items()},
-            other=None
-            if y is None
-            else {n: _float(model.eval(v, model_completion=True)) for n, v in y.items()},
-        )
-        found = shown(point)
-        if found is None:
-            inputs = _describe(self.program, prop.function, point)
-            return _outcome(
-                prop,
-                "unknown",
-                f"Z3's model ({inputs}) shows no violation when run in floats"
-                " (it rests on the abstraction of log/exp/sqrt/** or on exact real arithmetic)",
-            )
-        message, detail = found
-        counterexample = {"inputs": point.features, "params": point.params, **detail}
-        if point.other is not None:
-            counterexample["inputs_after"] = point.other
+        inputs = _describe(self.program, prop.function, point)
         return _outcome(
             prop,
-            "counterexample",
-            f"{message} at {_describe(self.program, prop.function, point)}",
-            counterexample,
+            "unknown",
+            f"Z3's model ({inputs}) shows no violation when run in floats"
+            " (it rests on the abstraction of log/exp/sqrt/** or on exact real arithmetic)",
         )
 
-    def _solver(self) -> z3.Solver:
-        solver = z3.Solver()
-        solver.set("timeout", max(1, int(self.seconds * 1000)))
-        return solver
+    def _check(self, solver: z3.Solver, deadline: float) -> z3.CheckSatResult:
+        """One check within what is left of the property's time."""
+        left_ms = int((deadline - time.perf_counter()) * 1000)
+        if left_ms < 1:
+            return z3.unknown
+        solver.set("timeout", left_ms)
+        return solver.check()
 
     def _float_run(
         self, fn: ast.FunctionDef, features: Mapping[str, float], params: Mapping[str, float]

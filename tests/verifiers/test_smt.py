@@ -27,7 +27,7 @@ from verifiers.properties import (
     Outcome,
     Property,
 )
-from verifiers.smt import Verifier, _execute, _facts, _Floats, _monotone, _Reals, prove
+from verifiers.smt import Verifier, _execute, _facts, _Floats, _Intervals, _monotone, _Reals, prove
 from verifiers.static import check
 
 BOUNDS = {"x": (0.0, 100.0), "y": (-10.0, 10.0), "w": (0.0, 1.0e6), "n": (1.0, 64.0)}
@@ -319,21 +319,22 @@ def point() -> st.SearchStrategy[dict[str, float]]:
 @pytest.mark.parametrize("body", PROGRAMS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inputs=point(), w_hits=st.floats(0.0, 8.0), half=st.floats(1.0, 3600.0))
-def test_z3_term_and_float_replay_agree_with_the_compiled_function(
+def test_z3_term_float_replay_and_interval_bounds_agree_with_the_compiled_function(
     body: str, inputs: dict[str, float], w_hits: float, half: float
 ) -> None:
     prog = program(body, PARAMS)
     params = {"w_hits": w_hits, "half": half}
     faults = _execute(prog.functions["f"], _Floats(), inputs, {**prog.defaults(), **params})
+    box = _execute(prog.functions["f"], _Intervals(), BOUNDS, {"w_hits": (0.0, 8.0), "half": (1.0, 3600.0)})
     try:
         expected = run_python(prog, inputs, params)
     except (ArithmeticError, ValueError):
-        assert any(f.unsafe for f in faults.faults), (
-            "the compiled function faulted where no fault was flagged"
-        )
+        assert any(f.unsafe for f in faults.faults), "the function faulted where no fault was flagged"
+        assert any(f.unsafe[0] for f in box.faults), "interval bounds ruled out a fault that happens"
         return
     assert not any(f.unsafe for f in faults.faults)
     assert faults.value == expected or (math.isnan(expected) and math.isnan(faults.value))
+    assert box.value[0] <= expected <= box.value[1] or not math.isfinite(expected)
     if math.isfinite(expected):
         # reals stand for doubles: each double operation rounds (and ** 1.5, exp, log, sqrt are libm's)
         assert z3_value(prog, inputs, params) == pytest.approx(expected, rel=1e-9, abs=1e-9)
