@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,9 +21,10 @@ from sandbox.base import Sandbox, SandboxUnavailable
 from sandbox.choice import BACKENDS, choose_sandbox
 from sandbox.job import Job, Tuning
 from targets.base import Target, WorkloadError
+from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
-from .loop import BASELINE, Reporter, RunConfig, Search, Summary, summarize
+from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
 from .proposers.base import Proposer
 from .proposers.evolve import EvolveProposer
 from .store import DEFAULT_URL, Store, StoreError, open_engine
@@ -75,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--trials", type=int, default=16)
     e.add_argument("--seed", type=int, default=0)
 
+    v = sub.add_parser(
+        "verify", help="prove a heuristic file's properties with Z3 (exit 1 if a hard one fails)"
+    )
+    v.add_argument("file")
+    v.add_argument("--target", default="kv", choices=targets.names())
+    v.add_argument("--seconds", type=float, default=2.0, help="Z3's time limit per property")
+    v.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
     r = sub.add_parser("runs", help="inspect stored runs")
     rsub = r.add_subparsers(dest="runs_command", required=True)
     common(rsub.add_parser("list", help="all runs"))
@@ -91,7 +102,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
-        handler = {"search": _search, "baselines": _baselines, "eval": _eval, "runs": _runs}[args.command]
+        handler = {
+            "search": _search,
+            "baselines": _baselines,
+            "eval": _eval,
+            "runs": _runs,
+            "verify": _verify,
+        }[args.command]
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:
         _fail(str(exc))
@@ -347,6 +364,68 @@ def _run_json(store: Store, run_id: str) -> dict[str, Any]:
     }
 
 
+def _verify(args: argparse.Namespace) -> None:
+    target = targets.load(args.target)
+    if not args.seconds > 0:
+        raise UserError(f"--seconds must be positive, got {args.seconds}")
+    try:
+        source = Path(args.file).read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read {args.file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{args.file} is not a UTF-8 text file") from None
+    try:
+        program = check(source, target.signatures)
+    except StaticError as exc:
+        raise UserError(f"{args.file}: {exc}") from None
+    properties = {p.name: p for p in target.properties()}
+    with Verifier(seconds=args.seconds) as verifier:
+        outcomes = verifier.verify(program, domains(target), tuple(properties.values()))
+    if args.json:
+        rows = [
+            {**asdict(o), "statement": properties[o.property].statement, "kind": properties[o.property].kind}
+            for o in outcomes
+        ]
+        print(json.dumps({"file": args.file, "target": target.name, "properties": rows}, indent=2))
+    else:
+        table = Table(title=f"{Path(args.file).name} on {target.name}")
+        for column in ("property", "severity", "verdict", "seconds", "statement"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for o in outcomes:
+            statement = properties[o.property].statement
+            table.add_row(o.property, o.severity, o.verdict, f"{o.seconds:.3f}", statement)
+        console = Console()
+        console.print(table)
+        for o in outcomes:  # whole lines, so a counterexample can be copied
+            if o.message:
+                console.print(f"{o.property} ({o.verdict}): {o.message}", soft_wrap=True, highlight=False)
+    if any(o.rejects for o in outcomes):
+        raise SystemExit(1)
+
+
+def _verification_counts(store: Store, run_id: str) -> dict[str, Any]:
+    """Verdicts per property, the hard property that rejected each candidate, and the time per candidate."""
+    rejected = {row.id for row in store.candidates(run_id) if row.status == "rejected"}
+    verdicts: dict[str, dict[str, int]] = {}
+    first: dict[int, str] = {}
+    seconds: dict[int, float] = {}
+    for v in store.verifications(run_id):
+        counts = verdicts.setdefault(v.property, {})
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        if v.candidate_id is not None:
+            seconds[v.candidate_id] = seconds.get(v.candidate_id, 0.0) + v.seconds
+            if v.candidate_id in rejected and v.severity == "hard" and v.verdict == "counterexample":
+                first.setdefault(v.candidate_id, v.property)
+    by_property: dict[str, int] = {}
+    for name in first.values():
+        by_property[name] = by_property.get(name, 0) + 1
+    return {
+        "verdicts": verdicts,
+        "rejected_by_property": by_property,
+        "median_seconds_per_candidate": statistics.median(seconds.values()) if seconds else None,
+    }
+
+
 def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: bool) -> None:
     rows = store.candidates(run_id)
     rejected: dict[str, int] = {}
@@ -356,6 +435,7 @@ def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: 
             rejected[f"{row.status}: {reason}"] = rejected.get(f"{row.status}: {reason}", 0) + 1
     info = _run_json(store, run_id)
     info["rejected"] = rejected
+    info["verification"] = _verification_counts(store, run_id)
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
@@ -365,6 +445,9 @@ def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: 
     console.print(f"candidates: {json.dumps(summary.counts, sort_keys=True)}", highlight=False)
     if rejected:
         console.print(f"not evaluated, by reason: {json.dumps(rejected, sort_keys=True)}", highlight=False)
+    refuted = info["verification"]["rejected_by_property"]
+    if refuted:
+        console.print(f"rejected by property: {json.dumps(refuted, sort_keys=True)}", highlight=False)
     _print_summary(summary, target, as_json=False)
 
 

@@ -20,12 +20,14 @@ from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Result, Tuning
 from targets.base import Target
 from verifiers.program import Program
+from verifiers.properties import Domain, Outcome
+from verifiers.smt import Verifier
 from verifiers.static import StaticError, check
 
 from .database import ProgramDatabase
 from .fingerprint import fingerprint
 from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
-from .store import Candidate, Evaluation, Run, Store
+from .store import Candidate, Evaluation, Run, Store, Verification
 
 BASELINE = "baseline"
 
@@ -89,6 +91,11 @@ def brief(target: Target) -> TargetBrief:
     )
 
 
+def domains(target: Target) -> dict[str, Domain]:
+    """The input domain of each decision function, as the verifier reads it."""
+    return {s.name: target.registry(s.name).domain() for s in target.signatures}
+
+
 class Search:
     """Drives one run against a store, a sandbox and a proposer; holds no state the store lacks."""
 
@@ -112,6 +119,8 @@ class Search:
         self.instances = self.target.instances(self.config.workload, self.config.target_config)
         self.maximize = self.target.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
+        self.domains = domains(self.target)
+        self.verifier = Verifier()
 
     @property
     def limits(self) -> Limits:
@@ -119,6 +128,10 @@ class Search:
 
     def execute(self) -> Summary:
         """Run (or resume) until the candidate budget or the time budget is spent."""
+        with self.verifier:  # its child process ends with the run
+            return self._execute()
+
+    def _execute(self) -> Summary:
         started = self.clock()
         self.store.set_run_status(self.run.id, "running")
         self._ensure_baselines()
@@ -240,19 +253,28 @@ class Search:
                 tokens=proposal.tokens,
                 cost_usd=proposal.cost_usd,
             )
-            rejection = self._screen(proposal.source)
+            rejection, outcomes = self._screen(proposal.source)
             if rejection:
                 row.status, row.message = "rejected", rejection
-            return self.store.add_candidate(row)
+            return self.store.add_candidate(row, [_verification(self.run.id, o) for o in outcomes])
         return None
 
-    def _screen(self, source: str) -> str:
-        """Checks that need no sandbox; an empty string means the candidate may run."""
+    def _screen(self, source: str) -> tuple[str, list[Outcome]]:
+        """Checks that need no sandbox: the static check, then Z3 on the target's properties.
+
+        An empty rejection means the candidate may run: only a counterexample to a hard property rejects
+        it; an unknown verdict is recorded as unverified, never as proved.
+        """
         try:
-            self._program(source)
+            program = self._program(source)
         except StaticError as exc:
-            return f"static check: {exc}"
-        return ""
+            return f"static check: {exc}", []
+        outcomes = self.verifier.verify(program, self.domains, self.target.properties())
+        failed = [o for o in outcomes if o.rejects]
+        if not failed:
+            return "", outcomes
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"verification: {failed[0].property}: {failed[0].message}{more}", outcomes
 
     def _program(self, source: str) -> Program:
         return check(source, self.target.signatures)
@@ -328,6 +350,19 @@ class Search:
 
     def summary(self) -> Summary:
         return summarize(self.store, self.run.id, self.maximize)
+
+
+def _verification(run_id: str, outcome: Outcome) -> Verification:
+    cex = json.dumps(outcome.counterexample, sort_keys=True) if outcome.counterexample else ""
+    return Verification(
+        run_id=run_id,
+        property=outcome.property,
+        severity=outcome.severity,
+        verdict=outcome.verdict,
+        seconds=outcome.seconds,
+        counterexample=cex,
+        message=outcome.message,
+    )
 
 
 def summarize(store: Store, run_id: str, maximize: bool) -> Summary:

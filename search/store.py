@@ -85,6 +85,24 @@ class Evaluation(SQLModel, table=True):
     created_at: datetime = Field(default_factory=_now)
 
 
+class Verification(SQLModel, table=True):
+    """One property's verdict on one candidate, with the time it took and the counterexample."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True)
+    candidate_id: int | None = Field(default=None, foreign_key="candidate.id", index=True)
+    property: str
+    severity: str
+    """hard (a counterexample rejects the candidate) | soft (reported only)"""
+    verdict: str
+    """proved | counterexample | unknown"""
+    seconds: float
+    counterexample: str = ""
+    """The inputs (and outputs) that show the violation, as JSON; empty unless refuted."""
+    message: str = ""
+    created_at: datetime = Field(default_factory=_now)
+
+
 class Event(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="run.id", index=True)
@@ -170,8 +188,17 @@ class Store:
             session.add(run)
             session.commit()
 
-    def add_candidate(self, candidate: Candidate) -> Candidate:
-        return self._add(candidate)
+    def add_candidate(self, candidate: Candidate, verifications: Sequence[Verification] = ()) -> Candidate:
+        """Record a candidate and the verdicts on its properties in one transaction."""
+        with self._session() as session:
+            session.add(candidate)
+            session.flush()
+            for verification in verifications:
+                verification.candidate_id = candidate.id
+                session.add(verification)
+            session.commit()
+            session.refresh(candidate)
+            return candidate
 
     def finish_candidate(self, candidate: Candidate, evaluations: Sequence[Evaluation]) -> None:
         """Record a candidate's outcome and its evaluations in one transaction."""
@@ -203,6 +230,13 @@ class Store:
             for evaluation in evaluations:
                 session.add(evaluation)
             session.commit()
+
+    def verifications(self, run_id: str, candidate_id: int | None = None) -> Sequence[Verification]:
+        with self._session() as session:
+            query = select(Verification).where(Verification.run_id == run_id)
+            if candidate_id is not None:
+                query = query.where(Verification.candidate_id == candidate_id)
+            return session.exec(query.order_by(Verification.id)).all()  # type: ignore[arg-type]
 
     def log(self, run_id: str, kind: str, message: str) -> None:
         self._add(Event(run_id=run_id, kind=kind, message=message))
