@@ -19,6 +19,8 @@ class Feature:
     low: float
     high: float
     doc: str
+    integer: bool = False
+    """Takes whole values only (a head count, a GPU count), which the verifier then assumes."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class FeatureRegistry:
 
     def domain(self) -> Domain:
         """The features' bounds and relations, as the verifier reads them."""
-        return Domain({f.name: (f.low, f.high) for f in self.features}, self.relations)
+        integers = frozenset(f.name for f in self.features if f.integer)
+        return Domain({f.name: (f.low, f.high) for f in self.features}, self.relations, integers)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -35,8 +35,13 @@ class Domain:
 
     bounds: Mapping[str, tuple[float, float]]
     relations: tuple[str, ...] = ()
+    integers: frozenset[str] = frozenset()
+    """Features that take whole values only; the rest range over the reals within their bounds."""
 
     def __post_init__(self) -> None:
+        unknown = sorted(self.integers - set(self.bounds))
+        if unknown:
+            raise ValueError(f"integer features without bounds: {', '.join(unknown)}")
         for name, (low, high) in self.bounds.items():
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
                 raise ValueError(f"feature '{name}': bounds [{low}, {high}] must be finite with low <= high")

@@ -29,10 +29,10 @@ counterexample. A model the floats refute adds the doubles' values at its argume
 asked again (a few rounds); what is still unconfirmed is `unknown`, as are time-outs and Z3's own
 give-ups. Unknown is never shown as proved.
 
-Domains. Features range independently over their bounds, narrowed only by the relations a registry
-declares (kv: age == now - last_access, inserted_at <= last_access, ...). A proof over this superset of
-the reachable states is sound; a counterexample may be a state no mechanism reaches where a relation
-between its features goes undeclared.
+Domains. Features range independently over their bounds (whole numbers where declared so), narrowed
+only by the relations a registry declares (kv: age == now - last_access, inserted_at <= last_access,
+...). A proof over this superset of the reachable states is sound; a counterexample may be a state no
+mechanism reaches where a relation between its features goes undeclared.
 
 Two-copy properties (monotone, grows-with) compare the function at two inputs that differ in one feature
 and in the features a declared relation ties to it (e.g. `now` and `last_access` for `age`); all else is
@@ -773,6 +773,7 @@ class _Prover:
         premises = [
             z3.And(reals.const(lo) <= x[n], x[n] <= reals.const(hi)) for n, (lo, hi) in domain.bounds.items()
         ]
+        premises += [z3.IsInt(x[n]) for n in sorted(domain.integers)]
         premises += [_names_expr(r, fn, reals, x, x) for r in domain.relations]
         premises += [
             z3.And(reals.const(p.low) <= self.params[p.name], self.params[p.name] <= reals.const(p.high))

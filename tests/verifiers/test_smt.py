@@ -197,6 +197,27 @@ def test_a_predicate_may_join_the_outputs_of_several_decision_functions() -> Non
     assert [o.verdict for o in prove(bad, domains, [prop])] == ["counterexample"]
 
 
+def test_whole_number_features_let_a_plan_divide_a_head_count() -> None:
+    shape = {"heads": (1.0, 64.0), "gpus": (1.0, 8.0)}
+    sig = Signature("ulysses", features=tuple(shape))
+    source = "def ulysses(b, p):\n    return {}\n"
+    divides = Property("divides", "the degree divides the head count", "ulysses", Holds("b.heads % out == 0"))
+    fits = "4 if b.heads % 4 == 0 and b.gpus >= 4 else (2 if b.heads % 2 == 0 and b.gpus >= 2 else 1)"
+    whole, real = Domain(shape, integers=frozenset(shape)), Domain(shape)
+    assert [o.verdict for o in prove(check(source.format(fits), [sig]), {"ulysses": whole}, [divides])] == [
+        "proved"
+    ]
+    # over the reals a head count of 4.5 exists, and no degree divides it
+    assert [o.verdict for o in prove(check(source.format(fits), [sig]), {"ulysses": real}, [divides])] == [
+        "counterexample"
+    ]
+    [bad] = prove(check(source.format("min(b.gpus, 4)"), [sig]), {"ulysses": whole}, [divides])
+    assert bad.verdict == "counterexample"
+    cex = bad.counterexample
+    assert cex is not None and all(v.is_integer() for v in cex["inputs"].values())
+    assert cex["inputs"]["heads"] % min(cex["inputs"]["gpus"], 4) != 0
+
+
 def test_declared_relations_narrow_the_domain_and_tie_features_in_two_copy_properties() -> None:
     clock = {"now": (0.0, 1.0e6), "last": (0.0, 1.0e6), "age": (0.0, 1.0e6), "hits": (0.0, 100.0)}
     sig = Signature("f", features=tuple(clock))

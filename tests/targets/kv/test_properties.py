@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import targets
+from targets.base import Feature, FeatureRegistry
 from targets.kv.features import BLOCK_FEATURES
 from targets.kv.prefix_cache import POLICY_KEY
 from targets.kv.target import KVTarget, load_workload, replay_trace
 from verifiers.compiler import SIGNATURE, param_vector, to_numba, to_python
 from verifiers.program import Program
-from verifiers.properties import Outcome
+from verifiers.properties import Domain, Outcome
 from verifiers.smt import prove
 from verifiers.static import check
 
@@ -153,3 +154,18 @@ def test_the_declared_relations_hold_on_every_block_the_simulator_scores(workloa
         assert ((columns[feature.name] >= feature.low) & (columns[feature.name] <= feature.high)).all()
     for relation in BLOCK_FEATURES.relations:
         assert eval(relation, {}, columns).all(), relation
+
+
+def test_a_registry_hands_its_bounds_relations_and_whole_numbers_to_the_verifier() -> None:
+    registry = FeatureRegistry(
+        (
+            Feature("heads", "count", 1.0, 64.0, "attention heads", integer=True),
+            Feature("t", "s", 0.0, 9.0, "t"),
+        ),
+        relations=("heads <= 8 * t",),
+    )
+    assert registry.domain() == Domain(
+        {"heads": (1.0, 64.0), "t": (0.0, 9.0)}, ("heads <= 8 * t",), frozenset({"heads"})
+    )
+    with pytest.raises(ValueError, match="unknown features: now"):
+        FeatureRegistry(registry.features, relations=("t <= now",))
