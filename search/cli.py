@@ -24,6 +24,7 @@ from targets.base import Target, WorkloadError
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
+from . import kernel_commands
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
 from .proposers.base import Proposer
 from .proposers.evolve import EvolveProposer
@@ -96,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     common(best)
     best.add_argument("run")
     best.add_argument("--output", "-o", help="file to write (default: stdout)")
+    kernel_commands.add_parsers(sub)
     return parser
 
 
@@ -108,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "eval": _eval,
             "runs": _runs,
             "verify": _verify,
+            "profile": kernel_commands.profile,
+            "validate": kernel_commands.validate,
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
+from targets.kernels.costmodel import DEFAULT_PROFILE
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
@@ -19,9 +20,10 @@ from verifiers.static import check
 
 from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
+from .kernels import cost_model, engine_metrics, prefill_ms_saved
 from .prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
 from .properties import PROPERTIES
-from .trace import Trace, load_mooncake
+from .trace import Trace, load_mooncake, whole_blocks
 
 PRIORITY = Signature(
     name="priority",
@@ -58,7 +60,7 @@ class KVTarget:
     )
     signatures = (PRIORITY,)
     objective = Objective("block_hit_rate", "maximize")
-    report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed")
+    report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed", "prefill_ms_saved")
 
     def default_config(self) -> dict[str, Any]:
         return {"workload": str(shipped_workload_path()), "capacity": SHIPPED_CAPACITY}
@@ -75,6 +77,7 @@ class KVTarget:
         train_share = float(config.get("train_share", 0.3))
         n = load_workload(workload).n_requests
         cut = max(1, int(n * train_share))
+        cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
         name = f"{Path(workload).name}@{capacity}"
         plain = [
             Instance(workload, {"capacity": capacity, "requests": [0, cut]}, f"{name}[:{cut}]", role="train"),
@@ -110,11 +113,18 @@ class KVTarget:
         raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
 
     def _metrics(self, instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, float]:
-        counts = replay(instance, key, params, policy)
-        metrics = rates(counts)
+        trace, capacity = instance_trace(instance), int(instance.config["capacity"])
+        engine = instance.config.get("engine")
+        counters, hits, evicted_req, evicted_block = replay_trace(
+            trace, capacity, key, params, policy, record=bool(engine)
+        )
+        metrics = rates(dict(zip(COUNTERS, (int(c) for c in counters), strict=True)))
         lru, belady = _reference_rates(instance)
         room = belady - lru
         metrics["gap_closed"] = (metrics["block_hit_rate"] - lru) / room if room > 0 else 0.0
+        metrics["prefill_ms_saved"] = prefill_ms_saved(trace, hits, _profile(instance))
+        if engine:
+            metrics |= engine_metrics(trace, capacity, hits, (evicted_req, evicted_block), engine)
         return metrics
 
 
@@ -146,18 +156,27 @@ def rates(counts: Mapping[str, int]) -> dict[str, float]:
 
 
 def instance_trace(instance: Instance) -> Trace:
-    """The trace of an instance: sliced to `requests: [start, stop]`, flattened when `flat` is set."""
+    """The trace of an instance: sliced to `requests: [start, stop]`, flattened when `flat` is set, and
+    scaled to whole blocks of `block_tokens` tokens when that is set (for the real engine)."""
     window = instance.config.get("requests")
     bounds = (int(window[0]), int(window[1])) if window else None
-    return _shaped(load_workload(instance.workload), bounds, bool(instance.config.get("flat")))
+    flat, scaled = bool(instance.config.get("flat")), int(instance.config.get("block_tokens", 0))
+    return _shaped(load_workload(instance.workload), bounds, flat, scaled)
 
 
 @functools.lru_cache(maxsize=8)
-def _shaped(trace: Trace, window: tuple[int, int] | None, flat: bool) -> Trace:
+def _shaped(trace: Trace, window: tuple[int, int] | None, flat: bool, block_tokens: int = 0) -> Trace:
     """Slicing rebuilds the arrays, so each shape of a trace is made once per process, not per trial."""
     if window:
         trace = trace.slice(*window)
+    if block_tokens:
+        trace = whole_blocks(trace, block_tokens)
     return flatten(trace) if flat else trace
+
+
+def _profile(instance: Instance) -> str:
+    """The kernel profile whose cost model prices prefill time (a shipped name or a profile file)."""
+    return str(instance.config.get("profile", DEFAULT_PROFILE))
 
 
 def flatten(trace: Trace) -> Trace:

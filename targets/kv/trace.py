@@ -6,7 +6,7 @@ import codecs
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
@@ -60,6 +60,24 @@ class Trace:
             self.block_size,
             f"{self.name}[{start}:{stop}]",
         )
+
+
+def whole_blocks(trace: Trace, block_tokens: int) -> Trace:
+    """The same block structure with every block holding `block_tokens` tokens, outputs scaled alike.
+
+    Scales a trace down for a small real engine: hits, evictions and the prefix tree stay exactly those
+    of the original, while every prompt shrinks to whole blocks of the new size.
+    """
+    lengths = np.diff(trace.offsets)
+    scale = trace.block_size / block_tokens
+    return replace(
+        trace,
+        input_tokens=lengths * block_tokens,
+        output_tokens=np.ceil(trace.output_tokens / scale).astype(np.int64),
+        block_tokens=np.full(trace.n_blocks, block_tokens, dtype=np.int64),
+        block_size=block_tokens,
+        name=f"{trace.name}(x{block_tokens})",
+    )
 
 
 def load_mooncake(path: str | os.PathLike[str], block_size: int = 512) -> Trace:

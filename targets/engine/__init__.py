@@ -1,0 +1,1 @@
+"""A small real inference engine (PyTorch): random-weight transformer, paged KV cache, prefix reuse."""

@@ -1,0 +1,83 @@
+"""The engine's operators; `crucible profile` times exactly these, so the cost model fits what runs.
+
+Each function is one operator of targets.kernels.costmodel.OPERATORS. KV pools are per layer,
+shaped (blocks, heads, block_size, head_dim); a sequence's block table lists its blocks in order.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from targets.kernels.costmodel import PREFILL_TILE
+
+EPS = 1e-6
+
+
+def gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(m x k) @ (k x n)."""
+    return x @ w
+
+
+def norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Add a sublayer's output to the residual stream and RMS-normalize it: (normalized, new residual)."""
+    h = x + delta
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * weight, h
+
+
+def act(x: torch.Tensor) -> torch.Tensor:
+    """SiLU-gated activation of (m x 2f) into (m x f)."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def gather(pool: torch.Tensor, table: torch.Tensor, tokens: int) -> torch.Tensor:
+    """The first `tokens` cached keys (or values) of a sequence as (heads, tokens, head_dim)."""
+    blocks = pool.index_select(0, table)
+    heads, _, dim = blocks.shape[1:]
+    return blocks.transpose(0, 1).reshape(heads, -1, dim)[:, :tokens]
+
+
+def attn_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    table: torch.Tensor,
+    ctx: int,
+) -> torch.Tensor:
+    """q, k, v (heads, n, head_dim) of n new tokens attend causally over `ctx` cached tokens and them.
+
+    Queries go in tiles of PREFILL_TILE, each over the keys it may see, as flash kernels tile them: the
+    causal half is skipped and the score matrix stays small, so time grows evenly with the work.
+    """
+    n = q.shape[1]
+    if ctx:
+        k = torch.cat((gather(k_pool, table, ctx), k), dim=1)
+        v = torch.cat((gather(v_pool, table, ctx), v), dim=1)
+    out = torch.empty_like(q)
+    for lo in range(0, n, PREFILL_TILE):
+        hi = min(n, lo + PREFILL_TILE)
+        keys = ctx + hi
+        mask = torch.ones(hi - lo, keys, dtype=torch.bool, device=q.device).tril(ctx + lo)
+        out[:, lo:hi] = F.scaled_dot_product_attention(q[:, lo:hi], k[:, :keys], v[:, :keys], attn_mask=mask)
+    return out
+
+
+def attn_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    tables: list[torch.Tensor],
+    ctxs: list[int],
+) -> torch.Tensor:
+    """q, k, v (batch, heads, head_dim): each sequence's new token over its cached context and itself."""
+    out = torch.empty_like(q)
+    for i, (table, ctx) in enumerate(zip(tables, ctxs, strict=True)):
+        keys = torch.cat((gather(k_pool, table, ctx), k[i].unsqueeze(1)), dim=1)
+        values = torch.cat((gather(v_pool, table, ctx), v[i].unsqueeze(1)), dim=1)
+        out[i] = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys, values).squeeze(1)
+    return out

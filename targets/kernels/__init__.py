@@ -1,0 +1,1 @@
+"""Measured kernel times and the cost model every target's simulator reads (no torch needed to read)."""

@@ -1,0 +1,344 @@
+"""Kernel-time cost model: per-operator fits of measured times, composed into prefill, decode, collectives.
+
+Each operator's time is a non-negative sum of its work terms (a constant launch cost, elements moved,
+multiply-accumulates), fitted to measurements by non-negative least squares on relative error. This is the
+additive form of a roofline: linear in its coefficients, so the fit is exact and has no knobs; monotone in
+every term, so it never predicts less time for more work, and it extrapolates to shapes between and beyond
+the measured grid, which a piecewise table in two or three dimensions cannot do. Each fit is scored on
+measurements it did not see (held back at random), and those errors are stored with the profile.
+
+Reading a profile needs numpy only; measuring one needs torch (`targets.kernels.measure`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .models import ModelShape
+
+Terms = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
+
+
+def _gemm(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    m, k, n = s["m"], s["k"], s["n"]
+    return [np.ones_like(m), m * k + m * n + k * n, m * k * n]
+
+
+PREFILL_TILE = 128
+"""Queries per tile of the engine's prefill attention; each tile sees the cached keys and the new ones
+up to its own end."""
+
+
+def _attn_prefill(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    width, q, ctx = s["heads"] * s["head_dim"], s["q"], s["ctx"]
+    tiles = np.ceil(q / PREFILL_TILE)
+    last = q - (tiles - 1) * PREFILL_TILE  # rows of the last, possibly partial, tile
+    # sum over tiles of rows x (ctx + tile end): full tiles end at T, 2T, ..., the last at q
+    seen = (tiles - 1) * PREFILL_TILE * ctx + PREFILL_TILE**2 * (tiles - 1) * tiles / 2 + last * (ctx + q)
+    return [np.ones_like(width), tiles, width * seen, width * ctx]
+
+
+def _attn_decode(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    width = s["heads"] * s["head_dim"]
+    return [np.ones_like(width), s["batch"], width * s["keys"]]
+
+
+def _elementwise(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.ones_like(s["m"]), s["m"] * s["width"]]
+
+
+def _message(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.ones_like(s["bytes"]), s["bytes"]]
+
+
+OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
+    "gemm": (("m", "k", "n"), ("launch", "elements", "macs"), _gemm),
+    "attn_prefill": (
+        ("heads", "head_dim", "q", "ctx"),
+        ("launch", "tiles", "macs", "kv_elements"),
+        _attn_prefill,
+    ),
+    "attn_decode": (
+        ("batch", "heads", "head_dim", "keys"),
+        ("launch", "sequences", "kv_elements"),
+        _attn_decode,
+    ),
+    "norm": (("m", "width"), ("launch", "elements"), _elementwise),
+    "act": (("m", "width"), ("launch", "elements"), _elementwise),
+}
+"""Compute operators: the shape keys a sample carries, the names of its work terms, and the terms.
+
+gemm: an (m x k) by (k x n) product. attn_prefill: q new tokens attending causally over ctx cached and
+the q new keys. attn_decode: one new token per sequence of a batch, over `keys` keys in all (the sum of
+the batch's contexts, each including its new token). norm: add a residual and RMS-normalize m x width.
+act: the gated activation of m x width. The engine's ops (targets/engine/ops.py) are exactly these."""
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "send_recv")
+"""Collectives, each fitted per group size over the message size in bytes (launch + bytes)."""
+HELD_OUT_SHARE = 0.25
+"""Share of each operator's measurements held back from its fit and used only to score it."""
+_COLLECTIVE_SPEC = (("bytes",), ("launch", "bytes"), _message)
+
+
+class ProfileError(ValueError):
+    """A profile is missing, malformed, or lacks an operator the question needs; the message says which."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured operator time (the median of repeats) at one shape."""
+
+    shape: Mapping[str, float]
+    ms: float
+    held_out: bool = False
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One operator's fitted coefficients over its work terms, and the measurements they come from."""
+
+    terms: tuple[str, ...]
+    coef: tuple[float, ...]
+    samples: tuple[Sample, ...]
+    keys: tuple[str, ...]
+    features: Terms = field(repr=False, compare=False)
+
+    def predict(self, **shape: Any) -> np.ndarray:
+        """Milliseconds at one shape or at arrays of shapes (broadcast like numpy)."""
+        arrays = {k: np.asarray(shape[k], dtype=np.float64) for k in self.keys}
+        columns = np.broadcast_arrays(*self.features(arrays))
+        return sum((c * w for c, w in zip(columns, self.coef, strict=True)), np.zeros(columns[0].shape))
+
+    def errors(self, held_out: bool = True) -> tuple[float, float, int]:
+        """Median and worst relative error over the held-back (or the fitted) samples, and their count."""
+        chosen = [s for s in self.samples if s.held_out == held_out]
+        if not chosen:
+            return float("nan"), float("nan"), 0
+        rel = [abs(float(self.predict(**s.shape)) - s.ms) / s.ms for s in chosen]
+        return float(np.median(rel)), float(max(rel)), len(chosen)
+
+    def to_json(self) -> dict[str, Any]:
+        median, worst, n = self.errors()
+        fit_median, fit_worst, n_fit = self.errors(held_out=False)
+        return {
+            "terms": list(self.terms),
+            "coef_ms": list(self.coef),
+            "held_out_error": {"median": median, "worst": worst, "samples": n},
+            "fitted_error": {"median": fit_median, "worst": fit_worst, "samples": n_fit},
+            "samples": [{"shape": dict(s.shape), "ms": s.ms, "held_out": s.held_out} for s in self.samples],
+        }
+
+
+def fit(op: str, samples: Sequence[Sample]) -> Fit:
+    """Fit an operator (a compute operator or a collective) on its samples that are not held back."""
+    keys, terms, features = OPERATORS.get(op, _COLLECTIVE_SPEC)
+    train = [s for s in samples if not s.held_out]
+    if not train:
+        raise ProfileError(f"{op}: no measurements to fit")
+    shapes = {k: np.array([s.shape[k] for s in train], dtype=np.float64) for k in keys}
+    X = np.stack(np.broadcast_arrays(*features(shapes)), axis=1)
+    y = np.array([s.ms for s in train])
+    return Fit(terms, tuple(_nnls_relative(X, y)), tuple(samples), keys, features)
+
+
+def hold_back(samples: Sequence[Sample], seed: int) -> list[Sample]:
+    """Mark a seeded quarter of the samples (at least one) as held back from the fit."""
+    rng = np.random.default_rng(seed)
+    k = max(1, round(HELD_OUT_SHARE * len(samples)))
+    chosen = set(rng.choice(len(samples), size=k, replace=False).tolist())
+    return [Sample(s.shape, s.ms, i in chosen) for i, s in enumerate(samples)]
+
+
+def _nnls_relative(X: np.ndarray, y: np.ndarray) -> list[float]:
+    """Non-negative least squares on relative error, exactly: the best of all non-negative subset fits.
+
+    Operators have at most four terms, so trying every subset of active terms is cheap and needs no solver.
+    """
+    A = X / y[:, None]
+    ones = np.ones_like(y)
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-300)  # columns span 1 to 1e12: solve in unit scale
+    best: tuple[float, list[float]] = (np.inf, [0.0] * X.shape[1])
+    for size in range(1, X.shape[1] + 1):
+        for subset in itertools.combinations(range(X.shape[1]), size):
+            cols = list(subset)
+            w, *_ = np.linalg.lstsq(A[:, cols] / scale[cols], ones, rcond=None)
+            if np.any(w < 0):
+                continue
+            residual = float(np.sum((A[:, cols] / scale[cols] @ w - ones) ** 2))
+            if residual < best[0]:
+                coef = [0.0] * X.shape[1]
+                for c, v in zip(cols, w / scale[cols], strict=True):
+                    coef[c] = float(v)
+                best = (residual, coef)
+    return best[1]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured operator times on one device with their fits, and where the measurements came from."""
+
+    name: str
+    device: str
+    source: str
+    model: ModelShape
+    operators: Mapping[str, Fit]
+    collectives: Mapping[str, Mapping[int, Fit]]
+    notes: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def operator(self, op: str) -> Fit:
+        if op not in self.operators:
+            raise ProfileError(f"profile {self.name!r} has no measurements of {op}")
+        return self.operators[op]
+
+    def error_table(self) -> list[tuple[str, float, float, int]]:
+        """(operator, median, worst relative error on held-back samples, count) for every fit."""
+        rows = [(op, *f.errors()) for op, f in self.operators.items()]
+        rows += [(f"{op}/{g}", *f.errors()) for op, by in self.collectives.items() for g, f in by.items()]
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": self.device,
+            "source": self.source,
+            "notes": self.notes,
+            "meta": dict(self.meta),
+            "model": self.model.to_json(),
+            "operators": {op: f.to_json() for op, f in self.operators.items()},
+            "collectives": {
+                op: {str(g): f.to_json() for g, f in by.items()} for op, by in self.collectives.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Profile:
+        def refit(op: str, entry: Mapping[str, Any]) -> Fit:
+            keys, terms, features = OPERATORS.get(op, _COLLECTIVE_SPEC)
+            samples = tuple(
+                Sample(dict(s["shape"]), float(s["ms"]), bool(s["held_out"])) for s in entry["samples"]
+            )
+            return Fit(terms, tuple(float(c) for c in entry["coef_ms"]), samples, keys, features)
+
+        return cls(
+            name=data["name"],
+            device=data["device"],
+            source=data["source"],
+            notes=data.get("notes", ""),
+            meta=dict(data.get("meta", {})),
+            model=ModelShape.from_json(data["model"]),
+            operators={op: refit(op, e) for op, e in data["operators"].items()},
+            collectives={
+                op: {int(g): refit(op, e) for g, e in by.items()} for op, by in data["collectives"].items()
+            },
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+SHIPPED = ("cpu-2core", "h100-vidur")
+"""Profiles shipped in targets/kernels/profiles/: this kind of 2-core CPU, measured by `crucible profile`,
+and the H100 from Vidur's measured operator and NCCL timings."""
+DEFAULT_PROFILE = "cpu-2core"
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A shipped profile by name, or a profile file written by `crucible profile`."""
+    if name_or_path in SHIPPED:
+        text = (resources.files("targets.kernels") / "profiles" / f"{name_or_path}.json").read_text()
+        where = name_or_path
+    else:
+        where = name_or_path
+        try:
+            text = Path(name_or_path).read_text()
+        except OSError as exc:
+            known = ", ".join(SHIPPED)
+            raise ProfileError(
+                f"{where}: cannot read the profile ({exc.strerror}); shipped: {known}"
+            ) from None
+    try:
+        return Profile.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProfileError(f"{where}: not a profile file ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The times the simulators read: prefill, a decode iteration, a collective; composed per layer."""
+
+    profile: Profile
+    model: ModelShape
+
+    @classmethod
+    def load(cls, profile: str = DEFAULT_PROFILE, model: ModelShape | None = None) -> CostModel:
+        p = load_profile(profile)
+        return cls(p, model or p.model)
+
+    def _layer_linear(self, m: np.ndarray) -> np.ndarray:
+        """Everything of one layer but attention, for m tokens: two norms, four projections, activation."""
+        h, f, width = self.model.hidden, self.model.ffn, self.model.heads * self.model.head_dim
+        gemm, norm, act = (self.profile.operator(op) for op in ("gemm", "norm", "act"))
+        return (
+            2 * norm.predict(m=m, width=h)
+            + gemm.predict(m=m, k=h, n=3 * width)
+            + gemm.predict(m=m, k=width, n=h)
+            + gemm.predict(m=m, k=h, n=2 * f)
+            + act.predict(m=m, width=f)
+            + gemm.predict(m=m, k=f, n=h)
+        )
+
+    def _head(self, m: np.ndarray) -> np.ndarray:
+        """The final norm and the LM head over the m positions whose logits are needed."""
+        norm, gemm = self.profile.operator("norm"), self.profile.operator("gemm")
+        return norm.predict(m=m, width=self.model.hidden) + gemm.predict(
+            m=m, k=self.model.hidden, n=self.model.vocab
+        )
+
+    def prefill_ms(self, new_tokens: Any, cached_tokens: Any = 0) -> np.ndarray:
+        """Time to prefill `new_tokens` tokens over a cached context of `cached_tokens` (arrays broadcast)."""
+        n = np.asarray(new_tokens, dtype=np.float64)
+        c = np.asarray(cached_tokens, dtype=np.float64)
+        attn = self.profile.operator("attn_prefill").predict(
+            heads=self.model.heads, head_dim=self.model.head_dim, q=n, ctx=c
+        )
+        one = np.ones_like(n)
+        return self.model.layers * (self._layer_linear(n) + attn) + self._head(one)
+
+    def prefill_saved_ms(self, prompt_tokens: Any, hit_tokens: Any) -> np.ndarray:
+        """Prefill time a cached prefix saves; a fully cached prompt still computes its last token."""
+        n = np.asarray(prompt_tokens, dtype=np.float64)
+        c = np.minimum(np.asarray(hit_tokens, dtype=np.float64), n - 1)
+        saved = self.prefill_ms(n, 0) - self.prefill_ms(n - c, c)
+        return np.where(c > 0, saved, 0.0)
+
+    def decode_ms(self, contexts: Sequence[int]) -> float:
+        """One decode iteration: a new token for each sequence, each over its cached context plus itself."""
+        batch = len(contexts)
+        if batch == 0:
+            return 0.0
+        keys = float(sum(contexts)) + batch
+        attn = self.profile.operator("attn_decode").predict(
+            batch=batch, heads=self.model.heads, head_dim=self.model.head_dim, keys=keys
+        )
+        b = np.float64(batch)
+        return float(self.model.layers * (self._layer_linear(b) + attn) + self._head(b))
+
+    def collective_ms(self, op: str, nbytes: float, group: int) -> float:
+        """Time of one collective over `group` ranks for a message of `nbytes` bytes per rank."""
+        if op not in COLLECTIVES:
+            raise ProfileError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVES)}")
+        by_group = self.profile.collectives.get(op, {})
+        if group not in by_group:
+            have = ", ".join(str(g) for g in sorted(by_group)) or "none"
+            raise ProfileError(f"profile {self.profile.name!r} has no {op} over {group} ranks (have: {have})")
+        return float(by_group[group].predict(bytes=nbytes))

@@ -1,0 +1,235 @@
+"""`crucible profile`: time the engine's operators and torch.distributed collectives, fit, write a profile.
+
+Every time is the median of repeats after warm-ups. A quarter of each operator's shapes (seeded) is held
+back from its fit, so the stored error is the error on shapes the fit never saw. Needs torch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from targets.engine import ops
+
+from .costmodel import COLLECTIVES, OPERATORS, Fit, Profile, Sample, fit, hold_back
+from .models import ModelShape
+
+TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
+PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
+PREFILL_CTX = (0, 64, 256, 1024, 3072)
+DECODE_BATCH = (1, 4, 16, 32)
+DECODE_CTX = (16, 256, 1024, 2048)
+MESSAGE_BYTES = tuple(2**e for e in range(10, 25))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to measure: device, threads, warm-ups, repeats, and the group sizes of collectives."""
+
+    device: str = "cpu"
+    threads: int = 1
+    warmup: int = 3
+    repeats: int = 7
+    min_seconds: float = 0.05
+    groups: tuple[int, ...] = (2,)
+    seed: int = 0
+
+
+def time_ms(fn: Callable[[], object], settings: Settings) -> float:
+    """The median wall time of fn in ms: warm-ups first, then at least `repeats` runs and `min_seconds`."""
+    sync = torch.cuda.synchronize if settings.device == "cuda" else (lambda: None)
+    for _ in range(settings.warmup):
+        fn()
+    sync()
+    times: list[float] = []
+    deadline = time.perf_counter() + settings.min_seconds
+    while len(times) < settings.repeats or (time.perf_counter() < deadline and len(times) < 50):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _compute_cases(model: ModelShape) -> Iterator[tuple[str, dict[str, float]]]:
+    """The operator shapes a model needs: every projection, norm and activation, and attention grids."""
+    h, f, w, v = model.hidden, model.ffn, model.heads * model.head_dim, model.vocab
+    for k, n in ((h, 3 * w), (w, h), (h, 2 * f), (f, h), (h, v)):
+        for m in TOKENS:
+            yield "gemm", {"m": m, "k": k, "n": n}
+    for m in TOKENS:
+        yield "norm", {"m": m, "width": h}
+        yield "act", {"m": m, "width": f}
+    for q in PREFILL_Q:
+        for c in PREFILL_CTX:
+            yield "attn_prefill", {"heads": model.heads, "head_dim": model.head_dim, "q": q, "ctx": c}
+    for b in DECODE_BATCH:
+        for c in DECODE_CTX:
+            yield (
+                "attn_decode",
+                {"batch": b, "heads": model.heads, "head_dim": model.head_dim, "keys": b * (c + 1), "ctx": c},
+            )
+
+
+def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[], object]:
+    """Inputs allocated once, and a closure that runs the operator on them."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(device)
+
+    if op == "gemm":
+        x, w = rand(int(s["m"]), int(s["k"])), rand(int(s["k"]), int(s["n"]))
+        return lambda: ops.gemm(x, w)
+    if op == "norm":
+        m, width = int(s["m"]), int(s["width"])
+        x, d, w = rand(m, width), rand(m, width), rand(width)
+        return lambda: ops.norm(x, d, w)
+    if op == "act":
+        x = rand(int(s["m"]), 2 * int(s["width"]))
+        return lambda: ops.act(x)
+    heads, dim = int(s["heads"]), int(s["head_dim"])
+    ctx = int(s["ctx"])
+    n_blocks = -(-max(ctx, 1) // block)
+    if op == "attn_prefill":
+        q, k, v = (rand(heads, int(s["q"]), dim) for _ in range(3))
+        pool_k, pool_v = rand(n_blocks, heads, block, dim), rand(n_blocks, heads, block, dim)
+        table = torch.arange(n_blocks, device=device)
+        return lambda: ops.attn_prefill(q, k, v, pool_k, pool_v, table, ctx)
+    batch = int(s["batch"])
+    q, k, v = (rand(batch, heads, dim) for _ in range(3))
+    pool_k, pool_v = rand(batch * n_blocks, heads, block, dim), rand(batch * n_blocks, heads, block, dim)
+    tables = [torch.arange(i * n_blocks, (i + 1) * n_blocks, device=device) for i in range(batch)]
+    ctxs = [ctx] * batch
+    return lambda: ops.attn_decode(q, k, v, pool_k, pool_v, tables, ctxs)
+
+
+def measure_compute(
+    model: ModelShape, settings: Settings, block: int, progress: Callable[[str], None]
+) -> dict[str, list[Sample]]:
+    """Median times of every operator at every shape the model needs."""
+    torch.set_num_threads(settings.threads)
+    samples: dict[str, list[Sample]] = {op: [] for op in OPERATORS}
+    with torch.inference_mode():
+        for op, shape in _compute_cases(model):
+            ms = time_ms(_runner(op, shape, settings.device, block), settings)
+            keys = OPERATORS[op][0]
+            samples[op].append(Sample({k: float(shape[k]) for k in keys}, ms))
+            progress(f"{op} {shape}: {ms:.4f} ms")
+    return samples
+
+
+def _collective_worker(rank: int, world: int, store_path: str, settings: Settings, out: Any) -> None:
+    """One rank: time every collective at every message size; rank 0 reports (op, bytes, ms)."""
+    torch.set_num_threads(settings.threads)
+    backend = "nccl" if settings.device == "cuda" else "gloo"
+    device = f"cuda:{rank}" if settings.device == "cuda" else "cpu"
+    if settings.device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank, world_size=world)
+    lockstep = replace(settings, min_seconds=0.0)  # every rank must make the same number of calls
+    results = []
+    for nbytes in MESSAGE_BYTES:
+        n = nbytes // 4
+        x = torch.ones(n, device=device)
+        gathered = [torch.empty(n, device=device) for _ in range(world)]
+        chunk = max(n // world, 1)
+        a2a_in, a2a_out = torch.ones(chunk * world, device=device), torch.empty(chunk * world, device=device)
+
+        def send_recv(x: torch.Tensor = x) -> None:
+            if rank == 0:
+                dist.send(x, 1)
+            elif rank == 1:
+                dist.recv(x, 0)
+
+        runs: dict[str, Callable[[], object]] = {
+            "all_reduce": lambda x=x: dist.all_reduce(x),
+            "all_gather": lambda x=x, g=gathered: dist.all_gather(g, x),
+            "all_to_all": lambda i=a2a_in, o=a2a_out: dist.all_to_all_single(o, i),
+            "send_recv": send_recv,
+        }
+        inner = max(1, min(20, 2**22 // nbytes))  # back to back, as nccl-tests do: latency, not barriers
+        for op in COLLECTIVES:
+
+            def timed(run: Callable[[], object] = runs[op], inner: int = inner) -> None:
+                for _ in range(inner):
+                    run()
+
+            dist.barrier()
+            ms = time_ms(timed, lockstep) / inner
+            measured = torch.tensor([ms])
+            dist.all_reduce(measured, op=dist.ReduceOp.MAX)  # the slowest rank finishes the collective
+            results.append((op, nbytes, float(measured)))
+    if rank == 0:
+        out.put(results)
+    dist.destroy_process_group()
+
+
+def measure_collectives(world: int, settings: Settings) -> dict[str, list[Sample]]:
+    """Collectives between `world` local processes (gloo on CPU, NCCL on GPUs)."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [
+            ctx.Process(target=_collective_worker, args=(r, world, store, settings, out))
+            for r in range(world)
+        ]
+        for p in procs:
+            p.start()
+        results = out.get(timeout=1800)
+        for p in procs:
+            p.join()
+    samples: dict[str, list[Sample]] = {op: [] for op in COLLECTIVES}
+    for op, nbytes, ms in results:
+        samples[op].append(Sample({"bytes": float(nbytes)}, ms))
+    return samples
+
+
+def profile(
+    model: ModelShape, settings: Settings, name: str, block: int, progress: Callable[[str], None]
+) -> Profile:
+    """Measure, hold back, fit, and describe where every number came from."""
+    compute = measure_compute(model, settings, block, progress)
+    operators: dict[str, Fit] = {
+        op: fit(op, hold_back(s, settings.seed + i)) for i, (op, s) in enumerate(compute.items())
+    }
+    collectives: dict[str, dict[int, Fit]] = {op: {} for op in COLLECTIVES}
+    for world in settings.groups:
+        progress(f"collectives over {world} processes")
+        for i, (op, s) in enumerate(measure_collectives(world, settings).items()):
+            collectives[op][world] = fit(op, hold_back(s, settings.seed + 100 * world + i))
+    device = torch.cuda.get_device_name() if settings.device == "cuda" else platform.processor() or "cpu"
+    return Profile(
+        name=name,
+        device=settings.device,
+        source="measured by `crucible profile` (targets/kernels/measure.py)",
+        model=model,
+        operators=operators,
+        collectives=collectives,
+        notes=(
+            f"medians of >= {settings.repeats} runs after {settings.warmup} warm-ups, "
+            f"{settings.threads} thread(s) per process; a seeded quarter of each operator's shapes is "
+            "held back from its fit"
+        ),
+        meta={
+            "device_name": device,
+            "cpus": os.cpu_count(),
+            "threads": settings.threads,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "block_tokens": block,
+            "date": time.strftime("%Y-%m-%d"),
+        },
+    )

@@ -1,0 +1,35 @@
+"""The transformer shapes the targets simulate and the engine runs; the profiler measures at these."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder-only transformer's dimensions: all the cost model needs to compose per-layer kernels."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelShape:
+        return cls(**data)
+
+
+TINY = ModelShape("tiny", layers=4, hidden=256, heads=4, head_dim=64, ffn=512, vocab=512)
+"""The engine's random-weight model: small enough that a Mooncake slice replays on 2 CPU cores."""
+
+LLAMA2_7B = ModelShape("llama2-7b", layers=32, hidden=4096, heads=32, head_dim=128, ffn=11008, vocab=32000)
+"""Llama-2-7B, the model of Vidur's measured H100 operator timings."""
+
+MODELS = {m.name: m for m in (TINY, LLAMA2_7B)}

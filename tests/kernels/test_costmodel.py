@@ -1,0 +1,106 @@
+"""The cost model: exact non-negative fits, composed prefill and decode times, and the shipped profiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from targets.kernels.costmodel import (
+    SHIPPED,
+    CostModel,
+    Profile,
+    ProfileError,
+    Sample,
+    fit,
+    hold_back,
+    load_profile,
+)
+from targets.kernels.models import LLAMA2_7B, TINY
+
+
+def test_a_fit_recovers_the_coefficients_of_noiseless_times_and_scores_held_back_shapes() -> None:
+    shapes = [{"m": m, "k": k, "n": n} for m in (1, 8, 64, 512) for k in (64, 256) for n in (128, 1024)]
+    truth = (0.01, 2e-7, 3e-9)  # launch ms, ms per element, ms per multiply-accumulate
+    samples = [
+        Sample(
+            s,
+            truth[0]
+            + truth[1] * (s["m"] * s["k"] + s["m"] * s["n"] + s["k"] * s["n"])
+            + truth[2] * s["m"] * s["k"] * s["n"],
+        )
+        for s in shapes
+    ]
+    f = fit("gemm", hold_back(samples, seed=1))
+    assert f.coef == pytest.approx(truth, rel=1e-6)
+    _, worst, n = f.errors()
+    assert n == 4 and worst < 1e-6
+
+
+def test_coefficients_stay_non_negative_so_more_work_never_costs_less() -> None:
+    samples = [Sample({"m": m, "width": 256}, ms) for m, ms in ((1, 0.5), (4, 0.4), (64, 0.6), (512, 2.0))]
+    f = fit("norm", samples)
+    assert all(c >= 0 for c in f.coef)
+    times = f.predict(m=np.arange(1, 4096), width=256)
+    assert np.all(np.diff(times) >= 0)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_trace_every_number_to_a_measurement_and_state_their_fit_error(name: str) -> None:
+    profile = load_profile(name)
+    assert profile.source and profile.notes
+    for op, median, worst, n in profile.error_table():
+        assert n >= 1, f"{op} holds back measurements to score its fit"
+        assert median <= worst
+    again = Profile.from_json(profile.to_json())
+    assert again.error_table() == profile.error_table()
+
+
+def test_the_cpu_profile_reproduces_held_back_measurements() -> None:
+    rows = {op: (median, worst) for op, median, worst, _ in load_profile("cpu-2core").error_table()}
+    for op, bound in (
+        ("gemm", 0.15),
+        ("attn_prefill", 0.15),
+        ("attn_decode", 0.15),
+        ("norm", 0.35),
+        ("act", 0.35),
+    ):  # the stated bounds; prefill time is mostly GEMM and attention
+        assert rows[op][0] < bound, f"{op}: median held-back error {rows[op][0]:.1%}"
+    assert {"all_reduce/2", "all_gather/2", "all_to_all/2", "send_recv/2"} <= set(rows)
+
+
+def test_prefill_time_saved_grows_with_the_cached_prefix_and_never_exceeds_the_full_prefill() -> None:
+    cost = CostModel.load("cpu-2core")
+    assert cost.model == TINY
+    hits = np.array([0, 64, 256, 511, 512])
+    saved = cost.prefill_saved_ms(512, hits)
+    assert saved[0] == 0.0
+    assert np.all(np.diff(saved) >= 0) and saved[1] > 0
+    assert saved[-1] == saved[-2], "a fully cached prompt still computes its last token"
+    assert saved[-1] < cost.prefill_ms(512, 0)
+
+
+def test_decode_time_grows_with_batch_and_context() -> None:
+    cost = CostModel.load("cpu-2core")
+    assert cost.decode_ms([]) == 0.0
+    assert 0 < cost.decode_ms([100]) < cost.decode_ms([100, 100]) < cost.decode_ms([1000, 100])
+
+
+def test_the_h100_profile_prices_projections_and_nccl_but_refuses_to_invent_attention() -> None:
+    cost = CostModel.load("h100-vidur")
+    assert cost.model == LLAMA2_7B
+    small, large = (cost.collective_ms("all_reduce", b, 8) for b in (2**20, 2**26))
+    assert 0 < small < large
+    assert cost.collective_ms("send_recv", 2**24, 2) > 0
+    with pytest.raises(ProfileError, match="attn_prefill"):
+        cost.prefill_ms(1024, 0)
+    with pytest.raises(ProfileError, match="all_gather over 8"):
+        cost.collective_ms("all_gather", 2**20, 8)
+
+
+def test_an_unreadable_profile_is_one_clear_error(tmp_path) -> None:
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ProfileError, match="not a profile"):
+        load_profile(str(bad))
