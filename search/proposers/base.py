@@ -53,10 +53,29 @@ class Proposal:
 
 
 class ProposalFailed(RuntimeError):
-    """The proposer could not produce a candidate this time; the message says why in one line."""
+    """The proposer could not produce a candidate this time; the message says why in one line.
+
+    A failure can still have cost something (an LLM reply that did not parse): the usage travels with it
+    so the run's totals include it, along with which proposer and model failed.
+    """
+
+    def __init__(
+        self, message: str, *, proposer: str = "", model: str = "", tokens: int = 0, cost_usd: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.proposer = proposer
+        self.model = model
+        self.tokens = tokens
+        self.cost_usd = cost_usd
+
+
+class ProposerUnavailable(RuntimeError):
+    """The proposer cannot work at all (endpoint unreachable, key rejected); the run stops, resumable."""
 
 
 class Proposer(Protocol):
     name: str
+    concurrency: int
+    """Proposals of one batch that may be written at the same time (1: one after another, in order)."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...

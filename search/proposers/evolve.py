@@ -427,6 +427,7 @@ class EvolveProposer:
     tries: int = 24
     weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     name: str = field(default="evolve", init=False)
+    concurrency: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.weights) - set(OPERATORS))

@@ -1,0 +1,144 @@
+"""Turn a model's reply into candidate source: a full rewrite, or SEARCH/REPLACE blocks against the parent.
+
+Replies come fenced or bare, wrapped in prose, after a `<think>` block, or cut off by a length limit; the
+extraction tries each plausible piece and keeps the first that parses and defines the decision functions.
+Whether the program stays inside the subset is not decided here: the static check does that and names the
+rule, so code outside the subset still comes out as a candidate and is rejected with a precise message.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
+_SEARCH = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[ \t]*$", re.MULTILINE)
+_DIVIDER = re.compile(r"^[ \t]*={5,9}[ \t]*$", re.MULTILINE)
+_REPLACE = re.compile(r"^[ \t]*>{5,9}[ \t]*REPLACE[ \t]*$", re.MULTILINE)
+_STARTS = ('"""', "'''", "PARAMS", "def ", "import ", "from ", "#")
+"""How the first line of a bare program may begin (imports too, so the static check can name them)."""
+
+
+class EditError(ValueError):
+    """A reply that yields no program; `kind` classifies it and `str()` is one line for the repair turn."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Edit:
+    """The candidate source a reply yields and how it was written."""
+
+    source: str
+    kind: Literal["rewrite", "diff"]
+    blocks: int = 0
+    """SEARCH/REPLACE blocks applied (0 for a rewrite)."""
+
+
+def apply_reply(reply: str, parent: str, functions: Sequence[str]) -> Edit:
+    """The program a reply means: its SEARCH/REPLACE blocks applied to `parent`, else the code it holds."""
+    text = _THINK.sub("", reply)
+    if _SEARCH.search(text):
+        return _apply_diff(text, parent)
+    return Edit(_extract(text, functions), "rewrite")
+
+
+def _apply_diff(text: str, parent: str) -> Edit:
+    source = parent
+    blocks = list(_blocks(text))
+    for number, (search, replace) in enumerate(blocks, start=1):
+        source = _replace_once(source, search, replace, number)
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        raise EditError(
+            "syntax",
+            f"after the SEARCH/REPLACE blocks the program does not parse: line {exc.lineno}: {exc.msg}",
+        ) from None
+    return Edit(source, "diff", len(blocks))
+
+
+def _blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(search, replace) pairs in order; a block without its divider or REPLACE marker is an error."""
+    for number, start in enumerate(_SEARCH.finditer(text), start=1):
+        rest = text[start.end() :]
+        divider = _DIVIDER.search(rest)
+        end = _REPLACE.search(rest)
+        if divider is None or end is None or end.start() < divider.end():
+            raise EditError(
+                "unparsable", f"SEARCH/REPLACE block {number} is not closed by ======= and >>>>>>> REPLACE"
+            )
+        yield _body(rest[: divider.start()]), _body(rest[divider.end() : end.start()])
+
+
+def _body(chunk: str) -> str:
+    """The lines between two markers, without the newline that ends the marker line before them."""
+    return chunk.removeprefix("\n")
+
+
+def _replace_once(source: str, search: str, replace: str, number: int) -> str:
+    if not search.strip():
+        raise EditError("diff-mismatch", f"SEARCH/REPLACE block {number} has an empty SEARCH part")
+    count = source.count(search)
+    if count == 1:
+        return source.replace(search, replace, 1)
+    if count > 1:
+        raise EditError(
+            "diff-mismatch", f"the SEARCH part of block {number} occurs {count} times; include more lines"
+        )
+    # Models often drop trailing spaces or the final newline: match line by line, ignoring trailing blanks.
+    lines = source.splitlines(keepends=True)
+    wanted = [line.rstrip() for line in search.splitlines()]
+    hits = [
+        i
+        for i in range(len(lines) - len(wanted) + 1)
+        if [line.rstrip() for line in lines[i : i + len(wanted)]] == wanted
+    ]
+    if len(hits) != 1:
+        first = next((line.strip() for line in wanted if line.strip()), "")
+        where = "is not in the parent" if not hits else f"occurs {len(hits)} times"
+        raise EditError("diff-mismatch", f"the SEARCH part of block {number} ({first!r}...) {where}")
+    i = hits[0]
+    tail = "\n" if lines[i + len(wanted) - 1].endswith("\n") and not replace.endswith("\n") else ""
+    return "".join(lines[:i]) + replace + tail + "".join(lines[i + len(wanted) :])
+
+
+def _extract(text: str, functions: Sequence[str]) -> str:
+    """The last fenced block (else the bare program) that parses and defines every decision function."""
+    fenced = [m.group(1) for m in _FENCE.finditer(text)]
+    pieces = list(reversed(fenced)) if fenced else list(_bare(text))
+    for piece in pieces:
+        source = piece.strip("\n") + "\n"
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        if set(functions) <= defined:
+            return source
+    wanted = ", ".join(f"def {name}(...)" for name in functions)
+    code = fenced[-1] if fenced else (pieces[1] if len(pieces) > 1 else "")
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        raise EditError(
+            "syntax", f"the code in the reply does not parse: line {exc.lineno}: {exc.msg}"
+        ) from None
+    raise EditError("no-code", f"the reply holds no Python program with {wanted}")
+
+
+def _bare(text: str) -> Iterator[str]:
+    """Unfenced code: the whole reply, then from the first line of a program on, cut short from the end."""
+    yield text
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(_STARTS)), None)
+    if start is None:
+        return
+    for stop in range(len(lines), start, -1):
+        yield "\n".join(lines[start:stop])

@@ -1,0 +1,332 @@
+"""The LLM proposer: an OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama) writes candidates.
+
+One proposal is one chat call, plus one repair turn when the reply does not parse or apply. Timeouts and
+retries of 408/409/429/5xx and lost connections are the `openai` client's own (`timeout`, `max_retries`).
+What then still fails is classified in one line: `rate-limited`, `server-error`, `timeout` and
+`bad-response` (a body that is not a chat completion) fail this proposal only; an endpoint that cannot be
+reached, a rejected key, an unknown model or a refused request raise `ProposerUnavailable`, which stops the
+run resumably. The tokens of every reply come from its `usage`, priced by the configured table (USD per
+million prompt and completion tokens), and travel with the proposal or with its failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import openai
+
+from .base import Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
+from .edits import Edit, EditError, apply_reply
+from .prompting import Templates
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_URL = "https://api.openai.com/v1"
+_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model to ask and its weight in the draw among models."""
+
+    name: str
+    weight: float = 1.0
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelChoice:
+        """`NAME` or `NAME:WEIGHT`; a suffix that is no number stays in the name (Ollama's `qwen2.5:7b`)."""
+        name, _, suffix = spec.rpartition(":")
+        try:
+            weight = float(suffix)
+        except ValueError:
+            name, weight = spec, 1.0
+        if not name or not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"--model {spec!r}: write NAME or NAME:WEIGHT with a positive weight")
+        return cls(name, weight)
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million prompt tokens and per million completion tokens."""
+
+    prompt: float
+    completion: float
+
+    def cost(self, usage: Usage) -> float:
+        return (usage.prompt * self.prompt + usage.completion * self.completion) / 1e6
+
+    @staticmethod
+    def parse(spec: str) -> tuple[str, Price]:
+        """`MODEL=PROMPT,COMPLETION` in USD per million tokens, e.g. `gpt-4.1-mini=0.40,1.60`."""
+        model, _, rates = spec.rpartition("=")
+        try:
+            prompt, completion = (float(x) for x in rates.split(","))
+        except ValueError:
+            prompt = completion = math.nan
+        if not model or not all(math.isfinite(x) and x >= 0 for x in (prompt, completion)):
+            raise ValueError(f"--price {spec!r}: write MODEL=PROMPT,COMPLETION in USD per million tokens")
+        return model, Price(prompt, completion)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens one or more calls consumed, as the endpoint reported them."""
+
+    prompt: int = 0
+    completion: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.completion
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt + other.prompt, self.completion + other.completion)
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Where and how to ask; stored in the run's config (the key's variable name, never the key)."""
+
+    models: tuple[ModelChoice, ...]
+    base_url: str | None = None
+    """None means OpenAI itself."""
+    api_key_env: str = DEFAULT_KEY_ENV
+    timeout_s: float = 120.0
+    retries: int = 2
+    concurrency: int = 4
+    temperature: float | None = None
+    prices: dict[str, Price] = field(default_factory=dict)
+    prompts: str | None = None
+    """A folder of prompt templates that replace the shipped ones by file name."""
+    share: float = 0.25
+    """Share of proposals the LLM writes under `--proposer mix`; the offline proposer writes the rest."""
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("the llm proposer needs at least one --model")
+        if not (self.timeout_s > 0 and self.retries >= 0 and self.concurrency >= 1):
+            raise ValueError("--llm-timeout must be positive, --llm-retries >= 0, --llm-concurrency >= 1")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"--llm-share must lie in [0, 1], got {self.share}")
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url or OPENAI_URL
+
+    def unpriced(self) -> list[str]:
+        """Models without a price: their calls count tokens but cost nothing."""
+        return [m.name for m in self.models if m.name not in self.prices]
+
+    def cost(self, model: str, usage: Usage) -> float:
+        price = self.prices.get(model)
+        return price.cost(usage) if price else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LLMConfig:
+        return cls(
+            **{
+                **data,
+                "models": tuple(ModelChoice(**m) for m in data["models"]),
+                "prices": {name: Price(**p) for name, p in data.get("prices", {}).items()},
+            }
+        )
+
+
+def api_key(config: LLMConfig, environ: Mapping[str, str]) -> str:
+    """The key from the configured variable; local servers get a placeholder when none is set."""
+    key = environ.get(config.api_key_env, "")
+    if key:
+        return key
+    if config.base_url is None or config.api_key_env != DEFAULT_KEY_ENV:
+        raise ValueError(f"set {config.api_key_env} to the API key of {config.endpoint}")
+    return "none"  # vLLM, llama.cpp and Ollama accept any key unless started with one
+
+
+class LLMProposer:
+    """Asks a chat model for a rewrite of, or SEARCH/REPLACE blocks against, the parent."""
+
+    name = "llm"
+
+    def __init__(self, config: LLMConfig, key: str, templates: Templates | None = None) -> None:
+        self.config = config
+        self.concurrency = config.concurrency
+        self.templates = templates or Templates.load(config.prompts)
+        self.client = openai.OpenAI(
+            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=config.retries
+        )
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        rng = random.Random(request.seed)
+        models = self.config.models
+        model = rng.choices([m.name for m in models], weights=[m.weight for m in models])[0]
+        functions = [s.name for s in request.target.signatures]
+        messages = self.templates.messages(request)
+        used = Usage()
+
+        def failed(message: str) -> ProposalFailed:
+            cost = self.config.cost(model, used)
+            return ProposalFailed(message, proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost)
+
+        def ask(turn: list[dict[str, str]], during: str = "") -> str:
+            nonlocal used
+            try:
+                reply, usage = self._complete(model, turn, request.seed)
+            except ProposalFailed as exc:
+                raise failed(f"{exc}{during}") from None
+            used += usage
+            if reply is None:
+                raise failed(f"bad-response: {model}'s reply holds no chat message{during}")
+            return reply
+
+        reply = ask(messages)
+        repaired = ""
+        try:
+            edit = apply_reply(reply, request.parent.source, functions)
+        except EditError as first:
+            repaired = first.kind
+            turn = [*messages, {"role": "assistant", "content": reply}]
+            turn.append(self.templates.repair_message(request, str(first)))
+            reply = ask(turn, f" (in the repair turn after {first.kind})")
+            try:
+                edit = apply_reply(reply, request.parent.source, functions)
+            except EditError as second:
+                raise failed(f"{second.kind}: {second} (after a repair turn for {first.kind})") from None
+        return Proposal(
+            source=edit.source,
+            proposer=self.name,
+            model=model,
+            note=_note(edit, repaired),
+            tokens=used.tokens,
+            cost_usd=self.config.cost(model, used),
+        )
+
+    def check(self) -> None:
+        """Fail fast, before any work, when the endpoint cannot be reached or rejects the key."""
+        try:
+            self.client.models.list()
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ProposerUnavailable(self._rejected(exc)) from None
+        except openai.APITimeoutError:
+            return  # slow to list models is not unreachable; the calls have their own timeout
+        except openai.APIConnectionError as exc:
+            raise ProposerUnavailable(
+                f"cannot reach the LLM endpoint {self.config.endpoint}: {_cause(exc)}"
+            ) from None
+        except (openai.APIError, ValueError):
+            return  # a server without a model list may still serve chat completions
+
+    def _rejected(self, exc: openai.APIStatusError) -> str:
+        return (
+            f"{self.config.endpoint} rejected the API key ({exc.status_code}: {_detail(exc)}); "
+            f"set {self.config.api_key_env} to a valid key"
+        )
+
+    def _complete(self, model: str, messages: list[dict[str, str]], seed: int) -> tuple[str | None, Usage]:
+        """The reply's text (None if the body is no chat completion) and its usage; failures classified."""
+        options: dict[str, Any] = (
+            {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        )
+        endpoint, retries = self.config.endpoint, _plural(self.config.retries, "retry", "retries")
+        try:
+            response = self.client.chat.completions.create(
+                model=model,
+                messages=messages,  # type: ignore[arg-type]
+                seed=seed,
+                **options,
+            )
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ProposerUnavailable(self._rejected(exc)) from None
+        except openai.NotFoundError as exc:
+            raise ProposerUnavailable(
+                f"{endpoint} answered 404 for model {model!r} ({_detail(exc)}); check --model and --base-url"
+            ) from None
+        except openai.RateLimitError as exc:
+            if _code(exc) == "insufficient_quota":
+                raise ProposerUnavailable(
+                    f"{endpoint}: the account is out of quota ({_detail(exc)})"
+                ) from None
+            raise ProposalFailed(f"rate-limited: {model} answered 429 after {retries}") from None
+        except openai.APITimeoutError:
+            raise ProposalFailed(
+                f"timeout: no reply from {model} within {self.config.timeout_s:g} s, {retries}"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise ProposerUnavailable(f"cannot reach the LLM endpoint {endpoint}: {_cause(exc)}") from None
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500 or exc.status_code in (408, 409):
+                status = exc.status_code
+                raise ProposalFailed(
+                    f"server-error: {model} answered {status} after {retries}: {_detail(exc)}"
+                ) from None
+            raise ProposerUnavailable(
+                f"{endpoint} refused the request for {model!r} ({exc.status_code}: {_detail(exc)})"
+            ) from None
+        except (openai.APIResponseValidationError, ValueError) as exc:
+            raise ProposalFailed(
+                f"bad-response: {model}'s reply is not a chat completion: {_one_line(exc)}"
+            ) from None
+        return _content(response), _usage(getattr(response, "usage", None))
+
+
+def _content(response: Any) -> str | None:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    return content if isinstance(content, str) else ""
+
+
+def _usage(usage: Any) -> Usage:
+    prompt = getattr(usage, "prompt_tokens", 0)
+    completion = getattr(usage, "completion_tokens", 0)
+    return Usage(prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0)
+
+
+def _note(edit: Edit, repaired: str) -> str:
+    how = f"diff of {_plural(edit.blocks, 'block', 'blocks')}" if edit.kind == "diff" else "rewrite"
+    if repaired:
+        how += f", repaired after {repaired}"
+    try:
+        doc = (ast.get_docstring(ast.parse(edit.source)) or "").strip().splitlines()
+    except SyntaxError:
+        doc = []
+    return f"{how}: {doc[0]}" if doc else how
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:_DETAIL_CHARS]
+
+
+def _detail(exc: openai.APIStatusError) -> str:
+    """The server's error message when the body carries one, else the client's."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        if message:
+            return " ".join(str(message).split())[:_DETAIL_CHARS]
+    return _one_line(exc)
+
+
+def _code(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    return str(error.get("code") or "") if isinstance(error, dict) else ""
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost reason of a connection error (e.g. '[Errno 111] Connection refused')."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return _one_line(exc)
