@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,9 +26,12 @@ from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
 from . import kernel_commands
+from .accounting import ProposerStats, proposer_stats
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
-from .proposers.base import Proposer
+from .proposers.base import Proposer, ProposerUnavailable
 from .proposers.evolve import EvolveProposer
+from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, LLMProposer, ModelChoice, Price, api_key
+from .proposers.mix import MixProposer
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
 _err = Console(stderr=True)
@@ -64,8 +68,37 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--time-budget", type=float, default=None, help="stop (resumably) after this many seconds")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trials", type=int, default=8, help="Optuna trials per candidate")
-    s.add_argument("--proposer", default="evolve", choices=("evolve",))
+    s.add_argument("--proposer", default="evolve", choices=("evolve", "llm", "mix"))
     s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run")
+    s.add_argument("--max-cost-usd", type=float, help="stop (resumably) once proposals cost this much")
+    s.add_argument("--max-tokens", type=int, help="stop (resumably) once proposals used this many tokens")
+    llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
+    llm.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME[:WEIGHT]",
+        help="a model to ask; repeat to mix models by weight",
+    )
+    llm.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint (default: OpenAI), e.g. http://localhost:8000/v1"
+    )
+    llm.add_argument(
+        "--api-key-env", default=DEFAULT_KEY_ENV, metavar="VAR", help="variable holding the API key"
+    )
+    llm.add_argument("--llm-timeout", type=float, default=120.0, metavar="S", help="seconds per call")
+    llm.add_argument("--llm-retries", type=int, default=2, help="client retries of 429, 5xx, timeouts")
+    llm.add_argument("--llm-concurrency", type=int, default=4, help="calls in flight at most")
+    llm.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
+    llm.add_argument(
+        "--price",
+        action="append",
+        metavar="MODEL=PROMPT,COMPLETION",
+        help="USD per million tokens; repeatable",
+    )
+    llm.add_argument("--prompts", metavar="DIR", help="folder of prompt templates replacing the shipped ones")
+    llm.add_argument(
+        "--llm-share", type=float, default=0.25, help="share of LLM proposals under --proposer mix"
+    )
 
     b = sub.add_parser("baselines", help="evaluate the target's baselines on a workload")
     common(b)
@@ -116,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:
         _fail(str(exc))
+    except ProposerUnavailable as exc:
+        _fail(str(exc), code=1)
     except KeyboardInterrupt:
         _fail("interrupted", code=130)
     except OSError as exc:
@@ -142,9 +177,70 @@ def _sandbox(args: argparse.Namespace) -> Sandbox:
     return sandbox
 
 
-def _proposer(name: str) -> Proposer:
-    proposers: dict[str, type[Proposer]] = {"evolve": EvolveProposer}
-    return proposers[name]()
+def _proposer(config: RunConfig) -> Proposer:
+    """The run's proposer; an LLM one reads its key from the environment, never from the store."""
+    if config.proposer == "evolve":
+        return EvolveProposer()
+    try:
+        settings = LLMConfig.from_json(config.llm)
+        llm = LLMProposer(settings, api_key(settings, os.environ))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    llm.check()
+    return llm if config.proposer == "llm" else MixProposer(llm, EvolveProposer(), settings.share)
+
+
+def _llm_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The LLM flags as stored in the run's config; empty for the offline proposer."""
+    if args.proposer == "evolve":
+        if args.model:
+            raise UserError("--model applies to --proposer llm or mix")
+        return {}
+    try:
+        settings = LLMConfig(
+            models=tuple(ModelChoice.parse(spec) for spec in args.model or ()),
+            base_url=args.base_url,
+            api_key_env=args.api_key_env,
+            timeout_s=args.llm_timeout,
+            retries=args.llm_retries,
+            concurrency=args.llm_concurrency,
+            temperature=args.temperature,
+            prices=dict(Price.parse(spec) for spec in args.price or ()),
+            prompts=str(Path(args.prompts).resolve()) if args.prompts else None,
+            share=args.llm_share,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    unpriced = settings.unpriced()
+    if unpriced and args.max_cost_usd is not None:
+        raise UserError(f"--max-cost-usd needs a --price for every model; none for {', '.join(unpriced)}")
+    if unpriced:
+        message = f"no --price for {', '.join(unpriced)}: tokens are counted, cost as $0"
+        _err.print(message, markup=False, highlight=False, soft_wrap=True)
+    return settings.to_json()
+
+
+def _caps(args: argparse.Namespace) -> dict[str, Any]:
+    """The caps given on the command line (a resume may raise them)."""
+    for flag, value in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
+        if value is not None and not value > 0:
+            raise UserError(f"{flag} must be positive, got {value}")
+    caps = {"max_cost_usd": args.max_cost_usd, "max_tokens": args.max_tokens}
+    return {k: v for k, v in caps.items() if v is not None}
+
+
+def _resumed(store: Store, run_id: str, args: argparse.Namespace) -> RunConfig:
+    """The stored config with the caps and endpoint a resume may change, stored and logged if changed."""
+    config = RunConfig.from_json(json.loads(store.run(run_id).config))  # type: ignore[union-attr]
+    changes: dict[str, Any] = _caps(args)
+    if args.base_url and config.llm:
+        changes["llm"] = {**config.llm, "base_url": args.base_url}
+    new = replace(config, **changes)
+    if new != config:
+        store.set_run_config(run_id, new.to_json())
+        shown = {**_caps(args), **({"base_url": args.base_url} if "llm" in changes else {})}
+        store.log(run_id, "config", f"resumed with {json.dumps(shown, sort_keys=True)}")
+    return new
 
 
 class _Progress(Reporter):
@@ -183,6 +279,8 @@ def _search(args: argparse.Namespace) -> None:
             raise UserError(f"no run {args.resume!r} in {args.db}")
         if run.status == "finished":
             _err.print(f"run {run.id} is already finished", markup=False)
+        proposer = _proposer(_resumed(store, run.id, args))
+        run = store.run(run.id) or run  # the stored config as the resume changed it
     else:
         target = targets.load(args.target)
         workload, config = _target_config(target, args)
@@ -197,21 +295,33 @@ def _search(args: argparse.Namespace) -> None:
             workers=args.workers,
             proposer=args.proposer,
             time_budget_s=args.time_budget,
+            llm=_llm_settings(args),
+            **_caps(args),
         )
+        proposer = _proposer(run_config)  # no key, a bad template, no endpoint: fail before storing anything
         run = store.create_run(args.target, run_config.to_json())
-    config = RunConfig.from_json(json.loads(run.config))
     sandbox = _sandbox(args)
     reporter = _Progress(_err)
-    search = Search(store, run, sandbox, _proposer(config.proposer), reporter)
+    search = Search(store, run, sandbox, proposer, reporter)
+    resume = f"crucible search --resume {run.id} --db {args.db}"
     try:
         summary = search.execute()
     except KeyboardInterrupt:
         store.set_run_status(run.id, "stopped", "interrupted")
         reporter.stop()
-        _fail(f"interrupted; resume with: crucible search --resume {run.id} --db {args.db}", code=130)
+        _fail(f"interrupted; resume with: {resume}", code=130)
+    except ProposerUnavailable as exc:
+        store.set_run_status(run.id, "stopped", str(exc))
+        store.log(run.id, "stopped", str(exc))
+        reporter.stop()
+        _fail(f"{exc}; the run is stopped, resume with: {resume}", code=1)
     finally:
         reporter.stop()
     _print_summary(summary, search.target, args.json)
+    stopped = store.run(run.id)
+    if stopped is not None and stopped.status == "stopped":
+        message = f"run {run.id} stopped: {stopped.message}; resume with: {resume}"
+        _err.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_summary(summary: Summary, target: Target, as_json: bool) -> None:
@@ -224,6 +334,8 @@ def _print_summary(summary: Summary, target: Target, as_json: bool) -> None:
     rows.update(summary.baselines)
     console = Console()
     console.print(_table(f"run {summary.run_id} ({summary.status})", rows, target))
+    if summary.tokens or summary.cost_usd:
+        console.print(f"proposals used {summary.tokens} tokens, ${summary.cost_usd:.4f}", highlight=False)
     if summary.best:
         console.print(
             f"best heuristic: crucible runs best {summary.run_id} --output best.py", highlight=False
@@ -349,6 +461,35 @@ def _runs(args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+def _stats_table(stats: Sequence[ProposerStats]) -> Table:
+    table = Table(title="by proposer and model")
+    columns = (
+        "proposer",
+        "model",
+        "proposals",
+        "failed",
+        "rejected",
+        "ran",
+        "improved",
+        "best",
+        "tokens",
+        "cost",
+    )
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("proposer", "model") else "right")
+    for s in stats:
+        best = "-" if s.best is None else f"{s.best:.4f}"
+        table.add_row(
+            s.proposer,
+            s.model or "-",
+            *(str(n) for n in (s.proposals, s.failed, s.rejected, s.ran, s.improved)),
+            best,
+            str(s.tokens),
+            f"${s.cost_usd:.4f}",
+        )
+    return table
+
+
 def _run_json(store: Store, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     assert run is not None
@@ -363,6 +504,8 @@ def _run_json(store: Store, run_id: str) -> dict[str, Any]:
         "config": json.loads(run.config),
         "candidates": sum(summary.counts.values()),
         "counts": summary.counts,
+        "tokens": summary.tokens,
+        "cost_usd": summary.cost_usd,
         "best": {k: v for k, v in summary.best.items() if k != "source"} if summary.best else None,
         "baselines": summary.baselines,
     }
@@ -440,6 +583,8 @@ def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: 
     info = _run_json(store, run_id)
     info["rejected"] = rejected
     info["verification"] = _verification_counts(store, run_id)
+    stats = proposer_stats(store, run_id, target.objective.direction == "maximize")
+    info["proposers"] = [s.to_json() for s in stats]
     if as_json:
         print(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
@@ -452,6 +597,8 @@ def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: 
     refuted = info["verification"]["rejected_by_property"]
     if refuted:
         console.print(f"rejected by property: {json.dumps(refuted, sort_keys=True)}", highlight=False)
+    if stats:
+        console.print(_stats_table(stats))
     _print_summary(summary, target, as_json=False)
 
 

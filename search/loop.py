@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,12 @@ class RunConfig:
     gate_top_k: int = 8
     migrate_every: int = 25
     limits: dict[str, Any] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)
+    """The LLM proposer's settings (`search.proposers.llm.LLMConfig`) for the llm and mix proposers."""
+    max_cost_usd: float | None = None
+    """Stop (resumably) once the proposals have cost this much, failed ones included."""
+    max_tokens: int | None = None
+    """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +82,8 @@ class Summary:
     best: dict[str, Any] | None
     baselines: dict[str, dict[str, float]]
     counts: dict[str, int]
+    tokens: int = 0
+    cost_usd: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,10 +161,16 @@ class Search:
                     self.store.set_run_status(self.run.id, "stopped", "time budget spent")
                     self.store.log(self.run.id, "stopped", "time budget spent")
                     return self.summary()
+                if not pending and (reason := self._cap_reached()):
+                    self.store.set_run_status(self.run.id, "stopped", reason)
+                    self.store.log(self.run.id, "stopped", reason)
+                    return self.summary()
                 batch = pending or self._propose_batch(
                     seq, min(self.config.workers, self.config.budget - done)
                 )
                 pending = []
+                if not batch and self._cap_reached():
+                    continue
                 if not batch:
                     self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
                     break
@@ -211,20 +226,25 @@ class Search:
             self.store.add_evaluations(self._evaluations(None, result, policy=name))
 
     def _propose_batch(self, seq: int, size: int) -> list[Candidate]:
-        batch: list[Candidate] = []
+        """Up to `size` new candidates; a proposer with concurrency > 1 writes several at the same time."""
         taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
-        for offset in range(size):
-            row = self._propose(seq + offset, taken)
-            if row is not None:
-                taken.add(row.fingerprint)
-                batch.append(row)
-        return batch
+        lock = threading.Lock()
+        seqs = range(seq, seq + size)
+        width = min(self.proposer.concurrency, size)
+        if width <= 1:
+            rows = [self._propose(s, taken, lock) for s in seqs]
+        else:
+            with ThreadPoolExecutor(max_workers=width) as pool:
+                rows = list(pool.map(lambda s: self._propose(s, taken, lock), seqs))
+        return [row for row in rows if row is not None]
 
-    def _propose(self, seq: int, taken: set[str]) -> Candidate | None:
+    def _propose(self, seq: int, taken: set[str], lock: threading.Lock) -> Candidate | None:
         """Propose until a new (unseen) program comes out, and record it before anything runs."""
         rng = random.Random(f"{self.config.seed}:{seq}")
         island, parent, inspirations = self.database.sample(rng)
         for attempt in range(20):
+            if self._cap_reached():
+                return None
             request = ProposalRequest(
                 target=brief(self.target),
                 parent=parent,
@@ -235,11 +255,21 @@ class Search:
             try:
                 proposal = self.proposer.propose(request)
             except ProposalFailed as exc:
-                self.store.log(self.run.id, "proposal-failed", str(exc))
+                self.store.log(
+                    self.run.id,
+                    "proposal-failed",
+                    str(exc),
+                    proposer=exc.proposer or self.proposer.name,
+                    model=exc.model,
+                    tokens=exc.tokens,
+                    cost_usd=exc.cost_usd,
+                )
                 continue
             mark = fingerprint(proposal.source)
-            if mark in taken:
-                continue
+            with lock:
+                if mark in taken:
+                    continue
+                taken.add(mark)
             row = Candidate(
                 run_id=self.run.id,
                 seq=seq,
@@ -275,6 +305,18 @@ class Search:
             return "", outcomes
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return f"verification: {failed[0].property}: {failed[0].message}{more}", outcomes
+
+    def _cap_reached(self) -> str:
+        """Why the run must stop for its token or cost cap, or an empty string while under both."""
+        cap_cost, cap_tokens = self.config.max_cost_usd, self.config.max_tokens
+        if cap_cost is None and cap_tokens is None:
+            return ""
+        tokens, cost = self.store.spend(self.run.id)
+        if cap_cost is not None and cost >= cap_cost:
+            return f"cost cap reached: ${cost:.4f} spent of ${cap_cost:g}"
+        if cap_tokens is not None and tokens >= cap_tokens:
+            return f"token cap reached: {tokens} tokens used of {cap_tokens}"
+        return ""
 
     def _program(self, source: str) -> Program:
         return check(source, self.target.signatures)
@@ -333,7 +375,10 @@ class Search:
         if row.status != "evaluated" or row.score is None or row.id is None:
             return
         score = row.score if self.maximize else -row.score
-        entry = Entry(row.id, row.source, score, params=json.loads(row.params))
+        evals = [
+            json.loads(e.metrics) for e in self.store.evaluations(self.run.id, row.id) if e.role == "eval"
+        ]
+        entry = Entry(row.id, row.source, score, metrics=_mean_metrics(evals), params=json.loads(row.params))
         self.database.add(entry, row.island)
 
     def _best_score(self) -> float | None:
@@ -401,7 +446,16 @@ def summarize(store: Store, run_id: str, maximize: bool) -> Summary:
     for r in rows:
         if r.proposer != BASELINE:
             counts[r.status] = counts.get(r.status, 0) + 1
-    return Summary(run_id=run_id, status=run.status, best=best, baselines=baselines, counts=counts)
+    tokens, cost = store.spend(run_id)
+    return Summary(
+        run_id=run_id,
+        status=run.status,
+        best=best,
+        baselines=baselines,
+        counts=counts,
+        tokens=tokens,
+        cost_usd=cost,
+    )
 
 
 def _mean_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:

@@ -108,6 +108,11 @@ class Event(SQLModel, table=True):
     run_id: str = Field(foreign_key="run.id", index=True)
     kind: str
     message: str
+    proposer: str = ""
+    model: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    """What a failed proposal consumed (an LLM reply that did not parse still costs), so totals add up."""
     at: datetime = Field(default_factory=_now)
 
 
@@ -238,8 +243,49 @@ class Store:
                 query = query.where(Verification.candidate_id == candidate_id)
             return session.exec(query.order_by(Verification.id)).all()  # type: ignore[arg-type]
 
-    def log(self, run_id: str, kind: str, message: str) -> None:
-        self._add(Event(run_id=run_id, kind=kind, message=message))
+    def log(
+        self,
+        run_id: str,
+        kind: str,
+        message: str,
+        *,
+        proposer: str = "",
+        model: str = "",
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+    ) -> None:
+        event = Event(
+            run_id=run_id,
+            kind=kind,
+            message=message,
+            proposer=proposer,
+            model=model,
+            tokens=tokens,
+            cost_usd=cost_usd,
+        )
+        self._add(event)
+
+    def spend(self, run_id: str) -> tuple[int, float]:
+        """Tokens and USD the run's proposals consumed: its candidates plus its failed proposals."""
+        with self._session() as session:
+            total_tokens, total_cost = 0, 0.0
+            for table in (Candidate, Event):
+                query = select(
+                    func.coalesce(func.sum(table.tokens), 0), func.coalesce(func.sum(table.cost_usd), 0.0)
+                ).where(table.run_id == run_id)
+                tokens, cost = session.exec(query).one()
+                total_tokens, total_cost = total_tokens + int(tokens), total_cost + float(cost)
+            return total_tokens, total_cost
+
+    def set_run_config(self, run_id: str, config: dict[str, Any]) -> None:
+        """Replace a run's stored configuration (a resume that raises a cap or moves the endpoint)."""
+        with self._session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id}")
+            run.config, run.updated_at = json.dumps(config, sort_keys=True), _now()
+            session.add(run)
+            session.commit()
 
     def events(self, run_id: str) -> Sequence[Event]:
         with self._session() as session:
