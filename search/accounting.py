@@ -1,7 +1,8 @@
 """How each proposer and model did in a run, derived from the store: what it cost and what it produced.
 
 Nothing here is stored twice: candidates carry their proposer, model, tokens and cost, failed proposals
-are events carrying the same, so the figures always agree with the rows they come from.
+are events carrying the same (as is the event of a run stopped in the middle of a proposal), so the
+figures always agree with the rows they come from.
 """
 
 from __future__ import annotations
@@ -74,12 +75,15 @@ def proposer_stats(store: Store, run_id: str, maximize: bool) -> list[ProposerSt
             if parent is not None and (score > parent if maximize else score < parent):
                 bump(counts, "improved")
     for event in store.events(run_id):
-        if event.kind != "proposal-failed":
+        if event.kind == "proposal-failed":
+            counts = slot(event.proposer, event.model)
+            bump(counts, "proposals")
+            bump(counts, "failed")
+            bump(counts["failures"], event.message.split(":")[0])
+        elif event.tokens or event.cost_usd:  # a proposal cut off when the endpoint went away
+            counts = slot(event.proposer, event.model)
+        else:
             continue
-        counts = slot(event.proposer, event.model)
-        bump(counts, "proposals")
-        bump(counts, "failed")
         bump(counts, "tokens", event.tokens)
         bump(counts, "cost_usd", event.cost_usd)
-        bump(counts["failures"], event.message.split(":")[0])
     return [ProposerStats(proposer, model, **counts) for (proposer, model), counts in sorted(table.items())]

@@ -312,7 +312,8 @@ def _search(args: argparse.Namespace) -> None:
         _fail(f"interrupted; resume with: {resume}", code=130)
     except ProposerUnavailable as exc:
         store.set_run_status(run.id, "stopped", str(exc))
-        store.log(run.id, "stopped", str(exc))
+        spent = {"proposer": exc.proposer, "model": exc.model, "tokens": exc.tokens, "cost_usd": exc.cost_usd}
+        store.log(run.id, "stopped", str(exc), **spent)
         reporter.stop()
         _fail(f"{exc}; the run is stopped, resume with: {resume}", code=1)
     finally:

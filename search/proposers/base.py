@@ -52,8 +52,8 @@ class Proposal:
     cost_usd: float = 0.0
 
 
-class ProposalFailed(RuntimeError):
-    """The proposer could not produce a candidate this time; the message says why in one line.
+class ProposerError(RuntimeError):
+    """A proposer's error in one line, with what the interrupted proposal had already consumed.
 
     A failure can still have cost something (an LLM reply that did not parse): the usage travels with it
     so the run's totals include it, along with which proposer and model failed.
@@ -69,7 +69,11 @@ class ProposalFailed(RuntimeError):
         self.cost_usd = cost_usd
 
 
-class ProposerUnavailable(RuntimeError):
+class ProposalFailed(ProposerError):
+    """The proposer could not produce a candidate this time; the loop records it and asks again."""
+
+
+class ProposerUnavailable(ProposerError):
     """The proposer cannot work at all (endpoint unreachable, key rejected); the run stops, resumable."""
 
 

@@ -180,6 +180,11 @@ class LLMProposer:
                 reply, usage = self._complete(model, turn, request.seed)
             except ProposalFailed as exc:
                 raise failed(f"{exc}{during}") from None
+            except ProposerUnavailable as exc:  # keep what the first turn cost when a repair turn is cut off
+                cost = self.config.cost(model, used)
+                raise ProposerUnavailable(
+                    str(exc), proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost
+                ) from None
             used += usage
             if reply is None:
                 raise failed(f"bad-response: {model}'s reply holds no chat message{during}")

@@ -281,13 +281,16 @@ def test_resume_after_the_endpoint_goes_away_mid_run_loses_nothing(tmp_path: Pat
 
     def three_then_gone(body: dict[str, Any]) -> Reply:
         n = next(answered)
-        if n == 3:
+        if n < 3:
+            return Reply(program(n))
+        if n == 3:  # a reply that needs a repair turn, which never gets an answer
             threading.Thread(target=llm.stop, daemon=True).start()
-        return Reply(program(n)) if n < 3 else Reply(hang_s=0.2)
+            return Reply("Evict the blocks nobody came back for.")
+        return Reply(hang_s=0.2)
 
     with ScriptedLLM([], three_then_gone) as llm:
         port = llm.port
-        lost = llm_search(llm, db, "--model", "alpha", "--budget", "6")
+        lost = llm_search(llm, db, "--model", "alpha", "--budget", "6", "--price", "alpha=1,2")
     assert lost.code == 1
     assert lost.last_line.startswith(
         f"crucible: error: cannot reach the LLM endpoint http://127.0.0.1:{port}/v1: "
@@ -297,6 +300,9 @@ def test_resume_after_the_endpoint_goes_away_mid_run_loses_nothing(tmp_path: Pat
     assert status == "stopped"
     before = candidates(db)
     assert len(before) == 3 and {r[1] for r in before} <= {"evaluated", "gated"}
+    reported = sum(p + c for _, p, c in llm.delivered)
+    stored = sum(r[3] for r in before) + rows(db, "select sum(tokens) from event")[0][0]
+    assert stored == reported == 4 * 120, "the reply cut off before its repair turn is paid for too"
 
     with ScriptedLLM([], counter_programs(), port=port):
         resumed = crucible("search", "--resume", run_id, "--db", f"sqlite:///{db}", "--json")
