@@ -81,7 +81,8 @@ def replay(
     lengths = np.diff(trace.offsets)
     out_blocks = -(-trace.output_tokens // bs) if decode else np.zeros_like(lengths)
     scratch = int((lengths + out_blocks).max())
-    pool = KVPool.empty(model.shape, capacity + scratch, bs)
+    fresh = capacity + scratch  # where the prefill from scratch writes, apart from the cache
+    pool = KVPool.empty(model.shape, fresh + int(lengths.max()), bs)
     free = list(range(capacity - 1, -1, -1))
     slot_of: dict[int, int] = {}
     tokens_of: dict[int, torch.Tensor] = {}
@@ -118,7 +119,8 @@ def replay(
         t = torch.tensor(table)
 
         reuse_args = (prompt[ctx:], pool, t, ctx, write)
-        scratch_args = (prompt, pool, t[:0], 0, {})
+        # Writing keys and values is part of any prefill: from scratch writes every block, but elsewhere.
+        scratch_args = (prompt, pool, t[:0], 0, {i: fresh + i for i in range(len(blocks))})
         if ctx == 0:  # nothing cached: both prefills are the same kernels on the same data, so run once
             full, ms_full = _timed(model.prefill, reuse_args, repeats)
             reused, ms_reuse = full, ms_full

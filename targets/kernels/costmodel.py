@@ -44,7 +44,8 @@ def _attn_prefill(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     last = q - (tiles - 1) * PREFILL_TILE  # rows of the last, possibly partial, tile
     # sum over tiles of rows x (ctx + tile end): full tiles end at T, 2T, ..., the last at q
     seen = (tiles - 1) * PREFILL_TILE * ctx + PREFILL_TILE**2 * (tiles - 1) * tiles / 2 + last * (ctx + q)
-    return [np.ones_like(width), tiles, width * seen, width * ctx]
+    cached = np.where(ctx > 0, 1.0, 0.0)  # gathering a cached context costs fixed work per call
+    return [np.ones_like(width), tiles, width * seen, width * ctx, cached]
 
 
 def _attn_decode(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -64,7 +65,7 @@ OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
     "gemm": (("m", "k", "n"), ("launch", "elements", "macs"), _gemm),
     "attn_prefill": (
         ("heads", "head_dim", "q", "ctx"),
-        ("launch", "tiles", "macs", "kv_elements"),
+        ("launch", "tiles", "macs", "kv_elements", "gather"),
         _attn_prefill,
     ),
     "attn_decode": (
@@ -161,7 +162,7 @@ def hold_back(samples: Sequence[Sample], seed: int) -> list[Sample]:
 def _nnls_relative(X: np.ndarray, y: np.ndarray) -> list[float]:
     """Non-negative least squares on relative error, exactly: the best of all non-negative subset fits.
 
-    Operators have at most four terms, so trying every subset of active terms is cheap and needs no solver.
+    Operators have at most five terms, so trying every subset of active terms is cheap and needs no solver.
     """
     A = X / y[:, None]
     ones = np.ones_like(y)

@@ -26,7 +26,7 @@ from .models import ModelShape
 
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
-PREFILL_CTX = (0, 64, 256, 1024, 3072)
+PREFILL_CTX = (0, 8, 64, 256, 1024, 3072)
 DECODE_BATCH = (1, 4, 16, 32)
 DECODE_CTX = (16, 256, 1024, 2048)
 MESSAGE_BYTES = tuple(2**e for e in range(10, 25))

@@ -38,6 +38,11 @@ def prefill_ms_saved(trace: Trace, hits: np.ndarray, profile: str = DEFAULT_PROF
     return float(cost_model(profile).prefill_saved_ms(trace.input_tokens, hit_tokens(trace, hits)).sum())
 
 
+def prefill_ms_total(trace: Trace, profile: str = DEFAULT_PROFILE) -> float:
+    """Prefill time of every prompt with no cache: what the saved time is a share of."""
+    return float(cost_model(profile).prefill_ms(trace.input_tokens, 0).sum())
+
+
 def engine_metrics(
     trace: Trace,
     capacity: int,

@@ -20,7 +20,7 @@ from verifiers.static import check
 
 from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
-from .kernels import cost_model, engine_metrics, prefill_ms_saved
+from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
 from .prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
 from .properties import PROPERTIES
 from .trace import Trace, load_mooncake, whole_blocks
@@ -123,6 +123,7 @@ class KVTarget:
         room = belady - lru
         metrics["gap_closed"] = (metrics["block_hit_rate"] - lru) / room if room > 0 else 0.0
         metrics["prefill_ms_saved"] = prefill_ms_saved(trace, hits, _profile(instance))
+        metrics["prefill_ms_total"] = prefill_ms_total(trace, _profile(instance))
         if engine:
             metrics |= engine_metrics(trace, capacity, hits, (evicted_req, evicted_block), engine)
         return metrics

@@ -1,0 +1,67 @@
+"""`crucible profile` measures and imports profiles; `crucible validate` compares rankings honestly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from search.cli import main
+from search.kernel_commands import kendall_tau, validation_report
+from targets.kernels.costmodel import COLLECTIVES, OPERATORS, CostModel, load_profile
+from targets.kernels.models import ModelShape
+
+VIDUR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-profiles"
+
+
+def test_kendall_tau_counts_order_and_discounts_exact_ties() -> None:
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+    # Two policies that decide alike tie in the simulator; the engine's noise orders them either way.
+    assert kendall_tau([1, 1, 3], [1.0, 1.1, 3.0]) == kendall_tau([1, 1, 3], [1.1, 1.0, 3.0]) > 0.8
+
+
+def test_a_validation_report_states_each_policys_error_and_the_worst() -> None:
+    row = {"engine_max_logit_diff": 1e-6, "prefill_ms_total": 1000.0, "engine_prefill_ms_full": 1000.0}
+    report = validation_report(
+        {
+            "a": {"prefill_ms_saved": 90.0, "engine_prefill_ms_saved": 100.0, **row},
+            "b": {"prefill_ms_saved": 260.0, "engine_prefill_ms_saved": 200.0, **row},
+        }
+    )
+    assert report["policies"]["a"]["error"] == pytest.approx(0.1)
+    assert report["worst_error"] == pytest.approx(0.3)
+    assert report["kendall_tau"] == 1.0
+
+
+@pytest.mark.skipif(not VIDUR.is_dir(), reason="needs ../shared/data/gpu-profiles")
+def test_profile_imports_vidur_measurements_and_states_the_fit_error(tmp_path, capsys) -> None:
+    out = tmp_path / "h100.json"
+    main(["profile", "--from-vidur", str(VIDUR), "--output", str(out)])
+    assert "all_reduce/8" in capsys.readouterr().out
+    assert json.loads(out.read_text()) == load_profile("h100-vidur").to_json()
+
+
+def test_validate_refuses_the_batching_target_until_it_exists(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--target", "batching", "--candidates", "lru"])
+    assert exc.value.code == 2
+    assert "batching target is not built yet" in capsys.readouterr().err
+
+
+@pytest.mark.torch
+def test_profile_measures_every_operator_and_collective_into_a_loadable_file(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from targets.kernels.measure import Settings, profile
+
+    micro = ModelShape("micro", layers=1, hidden=16, heads=2, head_dim=8, ffn=16, vocab=32)
+    settings = Settings(warmup=1, repeats=1, min_seconds=0.0, groups=(2,))
+    measured = profile(micro, settings, "micro-cpu", block=4, progress=lambda _: None)
+    measured.save(tmp_path / "p.json")
+    again = load_profile(str(tmp_path / "p.json"))
+    assert set(again.operators) == set(OPERATORS)
+    assert all(set(again.collectives[op]) == {2} for op in COLLECTIVES)
+    assert all(s.ms > 0 for f in again.operators.values() for s in f.samples)
+    cost = CostModel(again, micro)
+    assert cost.prefill_ms(64, 0) > 0 and cost.collective_ms("all_reduce", 2**20, 2) > 0
