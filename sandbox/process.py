@@ -16,24 +16,26 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar
 
 from .base import SandboxUnavailable
-from .job import Job, Limits, Result, Status
-from .worker import MESSAGE_CHARS
+from .job import Job, Limits, Result
+from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFINE_SCRIPT = Path(__file__).resolve().with_name("confine.py")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
-NAMESPACE_FLAGS = (CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET)
-"""Tried in order: a new network namespace as root, else inside a new user namespace where unprivileged."""
-STDERR_TAIL = 8192
-"""Bytes of the child's stderr kept for messages; the rest only counts against the output limit."""
+CLONE_NEWPID = 0x20000000
+NAMESPACE_FLAGS = (
+    CLONE_NEWNET | CLONE_NEWPID,
+    CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID,
+    CLONE_NEWNET,
+    CLONE_NEWUSER | CLONE_NEWNET,
+)
+"""Tried in order: network and PID namespaces as root, else in a new user namespace; else network alone."""
 POLL_S = 0.1
 """How often the watcher looks whether the child exited while its pipes are still open."""
-OOM_MARKERS = ("MemoryError", "out of memory", "std::bad_alloc")
-"""A last stderr line with one of these means the child ran out of memory (Python, LLVM, C++)."""
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 """One job is one core: thread pools would fight RLIMIT_NPROC and reserve address space per thread."""
 
@@ -80,6 +82,11 @@ class ProcessSandbox:
     def network_isolated(self) -> bool:
         """Whether jobs run in a new, empty network namespace (else they share the host's network)."""
         return self.namespace_flags != 0
+
+    @property
+    def pid_isolated(self) -> bool:
+        """Whether jobs run in a new PID namespace: they cannot signal the search, and end whole."""
+        return bool(self.namespace_flags & CLONE_NEWPID)
 
     def run(self, job: Job) -> Result:
         """Run the worker on the job in a child process and classify how it ended; never raises."""
@@ -199,8 +206,8 @@ def _watch(proc: subprocess.Popen[bytes], deadline: float, output_cap: int) -> _
                     break
             if not exited and _exited(proc.pid):
                 exited = True
-                _kill_group(proc.pid)  # whatever it left behind in its group may still hold the pipes
-    _kill_group(proc.pid)  # before reaping, so the group id cannot have been reused
+                _kill_job(proc.pid)  # whatever it left behind in its group may still hold the pipes
+    _kill_job(proc.pid)  # before reaping, so the group id cannot have been reused
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return _Watch(
@@ -217,14 +224,22 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _kill_group(pid: int) -> None:
+def _kill_job(pid: int) -> None:
+    """Kill the child's process group and its own children: the namespace's pid 1 may have left the group."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(child), signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
 def _classify(watch: _Watch, limits: Limits) -> Result:
     """A complete result line wins; else the limit we or the kernel enforced; else the last stderr line."""
-    result = _parse(watch.stdout)
+    result = parse_result(watch.stdout)
     if result is not None:
         return result
     if watch.killed_for == "wall":
@@ -236,21 +251,8 @@ def _classify(watch: _Watch, limits: Limits) -> Result:
         return Result("timeout", f"CPU limit of {limits.cpu_s} s exceeded")
     if code == -signal.SIGKILL:
         return Result("oom", "killed by SIGKILL outside the sandbox's limits (likely out of memory)")
-    lines = watch.stderr_tail.decode("utf-8", "replace").strip().splitlines()
-    last = lines[-1].strip()[:MESSAGE_CHARS] if lines else ""
-    if any(marker in last for marker in OOM_MARKERS):
+    last = last_line(watch.stderr_tail)
+    if ran_out_of_memory(last):
         return Result("oom", last)
     ending = f"killed by signal {-code}: {signal.strsignal(-code)}" if code < 0 else f"exit code {code}"
     return Result("crashed", f"worker ended without a result ({ending}){': ' + last if last else ''}")
-
-
-def _parse(stdout: bytes) -> Result | None:
-    """The worker's result: a complete first line of stdout that decodes to a Result, else None."""
-    line, newline, _ = stdout.partition(b"\n")
-    if not newline:
-        return None
-    try:
-        result = Result.from_json(json.loads(line))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return result if result.status in get_args(Status) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -25,6 +26,10 @@ from .tuner import tune
 
 MESSAGE_CHARS = 1000
 """Longest message a Result carries; messages are one line for the proposer and the UI."""
+DENIED_ERRNOS = frozenset(
+    {errno.EPERM, errno.EACCES, errno.EROFS, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EAGAIN}
+)
+"""How a sandbox refuses: no permission, a read-only root, no network, no more processes (fork's EAGAIN)."""
 
 
 def numba_cache_dir() -> Path:
@@ -62,6 +67,9 @@ def run(job: Job) -> Result:
     except MemoryError:
         message = "MemoryError: out of memory"
         status = "oom"
+    except OSError as exc:
+        message = one_line(exc)
+        status = "denied" if exc.errno in DENIED_ERRNOS else "invalid"
     except Exception as exc:  # whatever the candidate's code, its compile or its run raised
         message = one_line(exc)
         status = "invalid"
@@ -151,7 +159,10 @@ def main(stdin: TextIO = sys.stdin) -> None:
     result_fd = os.dup(1)
     os.dup2(2, 1)  # noise from the candidate, numba or optuna, even from native code, lands on stderr
     os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
+    worker = os.getpid()
     result = run(Job.from_json(json.load(stdin)))
+    if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us
+        os._exit(1)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(result.to_json()) + "\n")
 

@@ -139,7 +139,7 @@ def test_network_is_unreachable_in_the_new_namespace(box: ProcessSandbox) -> Non
             "raise SystemError('connected')\n"
         )
         result = box.run(_hostile(source))
-    assert result.status == "invalid"
+    assert result.status == "denied"
     assert "unreachable" in result.message
 
 
