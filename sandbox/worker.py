@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +37,13 @@ DENIED_ERRNOS = frozenset(
 def numba_cache_dir() -> Path:
     """A writable place for numba's on-disk cache when the backend named none."""
     return Path(tempfile.gettempdir()) / "crucible-numba"
+
+
+def seed_numba_cache() -> None:
+    """Copy kernels compiled into the image (CRUCIBLE_NUMBA_SEED) to the cache: numba skips read-only dirs."""
+    seed = os.environ.get("CRUCIBLE_NUMBA_SEED")
+    if seed and Path(seed).is_dir():
+        shutil.copytree(seed, os.environ["NUMBA_CACHE_DIR"], dirs_exist_ok=True)
 
 
 def one_line(exc: BaseException) -> str:
@@ -154,11 +163,37 @@ def _unchecked(job: Job, target: Target) -> Result:
     return Result("ok", params=dict(job.params or {}), instances=tuple(results))
 
 
-def main(stdin: TextIO = sys.stdin) -> None:
-    """Read the job, run it with stdout pointed at stderr, then write the result alone to the real stdout."""
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """Both output descriptors to /dev/null, and back."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def main(argv: list[str], stdin: TextIO = sys.stdin) -> None:
+    """Read the job, run it with stdout pointed at stderr, then write the result alone to the real stdout.
+
+    `--warm JOB` first runs a trusted job (a baseline on the coming job's instances) and drops its result,
+    so that imports, kernels and traces are loaded before the job is sent: a started container waits warm.
+    """
     result_fd = os.dup(1)
     os.dup2(2, 1)  # noise from the candidate, numba or optuna, even from native code, lands on stderr
     os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
+    seed_numba_cache()
+    if argv[:1] == ["--warm"]:
+        with _silenced():  # a waiting container says nothing before its job
+            run(Job.from_json(json.loads(argv[1])))
     worker = os.getpid()
     result = run(Job.from_json(json.load(stdin)))
     if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us
@@ -168,4 +203,4 @@ def main(stdin: TextIO = sys.stdin) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -25,7 +25,7 @@ from targets.base import Target, WorkloadError
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
-from . import kernel_commands
+from . import kernel_commands, sandbox_commands
 from .accounting import ProposerStats, proposer_stats
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
 from .proposers.base import Proposer, ProposerUnavailable
@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     best.add_argument("run")
     best.add_argument("--output", "-o", help="file to write (default: stdout)")
     kernel_commands.add_parsers(sub)
+    sandbox_commands.add_parsers(sub)
     return parser
 
 
@@ -145,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "verify": _verify,
             "profile": kernel_commands.profile,
             "validate": kernel_commands.validate,
+            "sandbox": sandbox_commands.sandbox,
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:

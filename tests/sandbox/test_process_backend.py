@@ -1,9 +1,8 @@
-"""The process backend runs real KV jobs and contains hostile code: time, CPU, memory, output, env, net."""
+"""The process backend runs real KV jobs (hostile candidates: tests/sandbox/hostile/, on every backend)."""
 
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,64 +92,10 @@ def test_candidate_outside_the_subset_is_invalid_with_the_checkers_line(box: Pro
     assert result.message.startswith("line 5: ")
 
 
-def test_infinite_loop_hits_the_wall_clock_kill(box: ProcessSandbox) -> None:
-    result = box.run(_hostile("while True:\n    pass\n", wall_s=3))
-    assert result.status == "timeout"
-    assert "wall-clock" in result.message
-    assert result.seconds < 3 + 2
-
-
-def test_cpu_limit_ends_a_busy_loop(box: ProcessSandbox) -> None:
-    result = box.run(_hostile("while True:\n    pass\n", cpu_s=1, wall_s=30))
-    assert result.status == "timeout"
-    assert "CPU" in result.message
-
-
-def test_memory_balloon_is_oom(box: ProcessSandbox) -> None:
-    result = box.run(_hostile("hoard = []\nwhile True:\n    hoard.append(bytearray(10**8))\n", memory_mb=768))
-    assert result.status == "oom", result.message
-
-
-def test_candidate_sees_a_scrubbed_environment_and_a_private_home(
-    box: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("CRUCIBLE_TEST_SECRET", "hunter2")
-    source = (
-        "import os\n"
-        "raise RuntimeError(f\"secret={os.environ.get('CRUCIBLE_TEST_SECRET')} "
-        "home={os.environ['HOME']} cwd={os.getcwd()}\")\n"
-    )
+def test_candidate_gets_a_private_home_removed_after_the_job(box: ProcessSandbox) -> None:
+    source = "import os\nraise RuntimeError(f\"home={os.environ['HOME']} cwd={os.getcwd()}\")\n"
     result = box.run(_hostile(source))
     assert result.status == "invalid"
-    assert "secret=None" in result.message
-    assert "hunter2" not in result.message
     seen = dict(part.split("=", 1) for part in result.message.split()[1:])
     assert seen["home"] == seen["cwd"] != os.environ.get("HOME")
     assert not Path(seen["home"]).exists()  # the private temp dir is removed after the job
-
-
-def test_network_is_unreachable_in_the_new_namespace(box: ProcessSandbox) -> None:
-    if not box.network_isolated:
-        pytest.skip("no network namespace can be created here")
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        source = (
-            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-            "raise SystemError('connected')\n"
-        )
-        result = box.run(_hostile(source))
-    assert result.status == "denied"
-    assert "unreachable" in result.message
-
-
-def test_print_flood_is_capped(box: ProcessSandbox) -> None:
-    result = box.run(_hostile("while True:\n    print('x' * 4096)\n", output_kb=64, wall_s=30))
-    assert result.status == "crashed"
-    assert "output limit exceeded" in result.message
-    assert result.seconds < 10
-
-
-def test_worker_that_dies_without_a_result_is_crashed(box: ProcessSandbox) -> None:
-    result = box.run(_hostile("import os\nos._exit(3)\n"))
-    assert result.status == "crashed"
-    assert "exit code 3" in result.message
