@@ -22,6 +22,7 @@ from sandbox.base import Sandbox, SandboxUnavailable
 from sandbox.choice import BACKENDS, choose_sandbox
 from sandbox.job import Job, Tuning
 from targets.base import Target, WorkloadError
+from verifiers.program import Program
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
@@ -382,19 +383,24 @@ def _baselines(args: argparse.Namespace) -> None:
         Console().print(_table(f"baselines on {instances[0].label}", table, target))
 
 
-def _eval(args: argparse.Namespace) -> None:
-    target = targets.load(args.target)
-    path = Path(args.file)
+def _read_program(target: Target, path: Path) -> tuple[str, Program]:
+    """A heuristic file's text and its checked program; UserError names the file and why not."""
     try:
         source = path.read_text()
     except OSError as exc:
-        raise UserError(f"cannot read {args.file}: {exc.strerror}") from None
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise UserError(f"{args.file} is not a UTF-8 text file") from None
+        raise UserError(f"{path} is not a UTF-8 text file") from None
     try:
-        program = check(source, target.signatures)
+        return source, check(source, target.signatures)
     except StaticError as exc:
-        raise UserError(f"{args.file}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _eval(args: argparse.Namespace) -> None:
+    target = targets.load(args.target)
+    path = Path(args.file)
+    source, program = _read_program(target, path)
     workload, config = _target_config(target, args)
     instances = target.instances(workload, config)
     if not args.tune:
@@ -518,16 +524,7 @@ def _verify(args: argparse.Namespace) -> None:
     target = targets.load(args.target)
     if not args.seconds > 0:
         raise UserError(f"--seconds must be positive, got {args.seconds}")
-    try:
-        source = Path(args.file).read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read {args.file}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{args.file} is not a UTF-8 text file") from None
-    try:
-        program = check(source, target.signatures)
-    except StaticError as exc:
-        raise UserError(f"{args.file}: {exc}") from None
+    _, program = _read_program(target, Path(args.file))
     properties = {p.name: p for p in target.properties()}
     with Verifier(seconds=args.seconds) as verifier:
         outcomes = verifier.verify(program, domains(target), tuple(properties.values()))
