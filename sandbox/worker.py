@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import targets
 from targets.base import Instance, Target, WorkloadError
-from verifiers.program import Program
+from verifiers.program import ParamRange, Program
 from verifiers.static import StaticError, check
 
 from .job import InstanceResult, Job, Result, Status
@@ -194,6 +194,7 @@ def main(argv: list[str], stdin: TextIO = sys.stdin) -> None:
     if argv[:1] == ["--warm"]:
         with _silenced():  # a waiting container says nothing before its job
             run(Job.from_json(json.loads(argv[1])))
+            tune(lambda _: 0.0, (ParamRange("x", 0.0, 1.0),), "maximize", 2, 0)  # Optuna's lazy imports
     worker = os.getpid()
     result = run(Job.from_json(json.load(stdin)))
     if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us
