@@ -343,3 +343,45 @@ class CostModel:
             have = ", ".join(str(g) for g in sorted(by_group)) or "none"
             raise ProfileError(f"profile {self.profile.name!r} has no {op} over {group} ranks (have: {have})")
         return float(by_group[group].predict(bytes=nbytes))
+
+    def linear_ms(self, tokens: Any) -> np.ndarray:
+        """Every layer's work but attention (norms, projections, MLP) over `tokens` tokens (broadcast)."""
+        return self.model.layers * self._layer_linear(np.asarray(tokens, dtype=np.float64))
+
+    def head_ms(self, rows: Any) -> np.ndarray:
+        """The final norm and LM head over `rows` positions (arrays broadcast)."""
+        return self._head(np.asarray(rows, dtype=np.float64))
+
+    def attn_prefill_ms(self, new_tokens: Any, cached_tokens: Any) -> np.ndarray:
+        """Every layer's attention for chunks of `new_tokens` over `cached_tokens` each (arrays broadcast)."""
+        return self.model.layers * self.profile.operator("attn_prefill").predict(
+            heads=self.model.heads, head_dim=self.model.head_dim, q=new_tokens, ctx=cached_tokens
+        )
+
+    def attn_decode_ms(self, contexts: Sequence[int]) -> float:
+        """Every layer's attention of one decode iteration: a new token per context, over it and itself."""
+        if not len(contexts):
+            return 0.0
+        keys = float(np.sum(contexts)) + len(contexts)
+        attn = self.profile.operator("attn_decode").predict(
+            batch=len(contexts), heads=self.model.heads, head_dim=self.model.head_dim, keys=keys
+        )
+        return float(self.model.layers * attn)
+
+    def iteration_ms(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int], decode_contexts: Sequence[int]
+    ) -> float:
+        """One forward pass of a continuous batch, prefill chunks and decodes mixed (vLLM V1, Sarathi-Serve).
+
+        The projections and MLP run fused over all the batch's tokens, attention per prefill chunk (its new
+        tokens over its cached context) and batched over the decodes, and the head over each sequence's
+        last token. One chunk alone costs prefill_ms, decodes alone decode_ms.
+        """
+        sequences = len(new_tokens) + len(decode_contexts)
+        if sequences == 0:
+            return 0.0
+        tokens = float(np.sum(new_tokens)) + len(decode_contexts)
+        prefill = float(np.sum(self.attn_prefill_ms(np.asarray(new_tokens), np.asarray(cached_tokens))))
+        return float(
+            self.linear_ms(tokens) + prefill + self.attn_decode_ms(decode_contexts) + self.head_ms(sequences)
+        )
