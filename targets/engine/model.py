@@ -63,25 +63,19 @@ class Transformer:
         self.head = dense(h, shape.vocab)
 
     @torch.inference_mode()
-    def prefill(
-        self, tokens: torch.Tensor, pool: KVPool, table: torch.Tensor, ctx: int, write: dict[int, int]
-    ) -> torch.Tensor:
+    def prefill(self, tokens: torch.Tensor, pool: KVPool, table: torch.Tensor, ctx: int) -> torch.Tensor:
         """Logits after the last of `tokens`, which follow `ctx` tokens cached in `table`'s first blocks.
 
-        `write` maps a block index of the sequence to the slot that receives its keys and values; a
-        written block must lie wholly within the new tokens.
+        `table` lists the blocks of all ctx + len(tokens) positions; the new tokens' keys and values are
+        written into theirs, so a block shared with other sequences must not be among them.
         """
-        s, bs = self.shape, pool.block_tokens
+        s = self.shape
         n = int(tokens.shape[0])
         x = self.embed[tokens]
         delta = torch.zeros_like(x)
         for li, layer in enumerate(self.layers):
             a, x = ops.norm(x, delta, layer.attn_norm)
             q, k, v = ops.gemm(a, layer.qkv).view(n, 3, s.heads, s.head_dim).permute(1, 2, 0, 3)
-            for block, slot in write.items():
-                lo = block * bs - ctx
-                pool.data[li, 0, slot] = k[:, lo : lo + bs]
-                pool.data[li, 1, slot] = v[:, lo : lo + bs]
             o = ops.attn_prefill(q, k, v, pool.data[li, 0], pool.data[li, 1], table, ctx)
             delta = ops.gemm(o.transpose(0, 1).reshape(n, -1), layer.out)
             a, x = ops.norm(x, delta, layer.mlp_norm)

@@ -33,7 +33,7 @@ def act(x: torch.Tensor) -> torch.Tensor:
 
 def gather(pool: torch.Tensor, table: torch.Tensor, tokens: int) -> torch.Tensor:
     """The first `tokens` cached keys (or values) of a sequence as (heads, tokens, head_dim)."""
-    blocks = pool.index_select(0, table)
+    blocks = pool.index_select(0, table[: -(-tokens // pool.shape[2])])
     heads, _, dim = blocks.shape[1:]
     return blocks.transpose(0, 1).reshape(heads, -1, dim)[:, :tokens]
 
@@ -47,21 +47,28 @@ def attn_prefill(
     table: torch.Tensor,
     ctx: int,
 ) -> torch.Tensor:
-    """q, k, v (heads, n, head_dim) of n new tokens attend causally over `ctx` cached tokens and them.
+    """q, k, v (heads, n, head_dim) of n new tokens at positions ctx.. attend causally over all ctx + n.
 
-    Queries go in tiles of PREFILL_TILE, each over the keys it may see, as flash kernels tile them: the
-    causal half is skipped and the score matrix stays small, so time grows evenly with the work.
+    The new keys and values are written into their blocks of `table` first and every key is then read
+    back through the table, as paged attention does: a prefill from scratch and one over a cached prefix
+    run the same kernels and differ only in how many tokens they compute. Queries go in tiles of
+    PREFILL_TILE, each over the keys it may see, as flash kernels tile them: the causal half is skipped
+    and the score matrix stays small, so time grows evenly with the work.
     """
-    n = q.shape[1]
-    if ctx:
-        k = torch.cat((gather(k_pool, table, ctx), k), dim=1)
-        v = torch.cat((gather(v_pool, table, ctx), v), dim=1)
+    n, block = q.shape[1], k_pool.shape[2]
+    positions = torch.arange(ctx, ctx + n, device=q.device)
+    slots, offsets = table[positions // block], positions % block
+    k_pool[slots, :, offsets] = k.transpose(0, 1)
+    v_pool[slots, :, offsets] = v.transpose(0, 1)
+    keys, values = gather(k_pool, table, ctx + n), gather(v_pool, table, ctx + n)
     out = torch.empty_like(q)
     for lo in range(0, n, PREFILL_TILE):
         hi = min(n, lo + PREFILL_TILE)
-        keys = ctx + hi
-        mask = torch.ones(hi - lo, keys, dtype=torch.bool, device=q.device).tril(ctx + lo)
-        out[:, lo:hi] = F.scaled_dot_product_attention(q[:, lo:hi], k[:, :keys], v[:, :keys], attn_mask=mask)
+        seen = ctx + hi
+        mask = torch.ones(hi - lo, seen, dtype=torch.bool, device=q.device).tril(ctx + lo)
+        out[:, lo:hi] = F.scaled_dot_product_attention(
+            q[:, lo:hi], keys[:, :seen], values[:, :seen], attn_mask=mask
+        )
     return out
 
 

@@ -44,8 +44,8 @@ def _attn_prefill(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     last = q - (tiles - 1) * PREFILL_TILE  # rows of the last, possibly partial, tile
     # sum over tiles of rows x (ctx + tile end): full tiles end at T, 2T, ..., the last at q
     seen = (tiles - 1) * PREFILL_TILE * ctx + PREFILL_TILE**2 * (tiles - 1) * tiles / 2 + last * (ctx + q)
-    cached = np.where(ctx > 0, 1.0, 0.0)  # gathering a cached context costs fixed work per call
-    return [np.ones_like(width), tiles, width * seen, width * ctx, cached]
+    # the new keys and values are written into the paged pool, then all ctx + q are read back from it
+    return [np.ones_like(width), tiles, width * seen, width * (ctx + q), width * q]
 
 
 def _attn_decode(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -65,7 +65,7 @@ OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
     "gemm": (("m", "k", "n"), ("launch", "elements", "macs"), _gemm),
     "attn_prefill": (
         ("heads", "head_dim", "q", "ctx"),
-        ("launch", "tiles", "macs", "kv_elements", "gather"),
+        ("launch", "tiles", "macs", "kv_read", "kv_written"),
         _attn_prefill,
     ),
     "attn_decode": (

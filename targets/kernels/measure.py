@@ -27,6 +27,9 @@ from .models import ModelShape
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_CTX = (0, 8, 64, 256, 1024, 3072)
+PREFILL_POOL_BLOCKS = 4096
+"""Blocks in the pool prefill attention reads and writes: a cache's size, so its blocks are not all in
+the CPU's caches as a pool of just the sequence's blocks would be."""
 DECODE_BATCH = (1, 4, 16, 32)
 DECODE_CTX = (16, 256, 1024, 2048)
 MESSAGE_BYTES = tuple(2**e for e in range(10, 25))
@@ -102,9 +105,13 @@ def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[
     ctx = int(s["ctx"])
     n_blocks = -(-max(ctx, 1) // block)
     if op == "attn_prefill":
-        q, k, v = (rand(heads, int(s["q"]), dim) for _ in range(3))
-        pool_k, pool_v = rand(n_blocks, heads, block, dim), rand(n_blocks, heads, block, dim)
-        table = torch.arange(n_blocks, device=device)
+        n = int(s["q"])
+        q, k, v = (rand(heads, n, dim) for _ in range(3))
+        # a pool as large as a serving cache, the sequence's blocks scattered in it, as the engine has them
+        used = -(-(ctx + n) // block)
+        pool_blocks = max(PREFILL_POOL_BLOCKS, used)
+        pool_k, pool_v = rand(pool_blocks, heads, block, dim), rand(pool_blocks, heads, block, dim)
+        table = torch.randperm(pool_blocks, generator=g)[:used].to(device)
         return lambda: ops.attn_prefill(q, k, v, pool_k, pool_v, table, ctx)
     batch = int(s["batch"])
     q, k, v = (rand(batch, heads, dim) for _ in range(3))

@@ -27,10 +27,14 @@ def cost_model(profile: str = DEFAULT_PROFILE) -> CostModel:
 
 
 def hit_tokens(trace: Trace, hits: np.ndarray) -> np.ndarray:
-    """Tokens of each request's cached prefix, from the hit blocks the mechanism counted."""
+    """Tokens of each request's cached prefix that its prefill skips, from the hits the mechanism counted.
+
+    A prompt cached whole still computes its last block for its logits (vLLM's rule, and the engine's).
+    """
     tokens = np.concatenate(([0], np.cumsum(trace.block_tokens[trace.blocks])))
     starts = trace.offsets[:-1]
-    return (tokens[starts + hits] - tokens[starts]).astype(np.float64)
+    reused = np.minimum(hits, np.diff(trace.offsets) - 1)
+    return (tokens[starts + reused] - tokens[starts]).astype(np.float64)
 
 
 def prefill_ms_saved(trace: Trace, hits: np.ndarray, profile: str = DEFAULT_PROFILE) -> float:

@@ -23,28 +23,40 @@ BLOCK = 4
 
 def test_prefill_over_a_cached_prefix_equals_prefill_from_scratch() -> None:
     model = Transformer(SMALL, seed=3)
-    pool = KVPool.empty(SMALL, blocks=8, block_tokens=BLOCK)
+    pool = KVPool.empty(SMALL, blocks=12, block_tokens=BLOCK)
     prompt = torch.randint(SMALL.vocab, (5 * BLOCK,), generator=torch.Generator().manual_seed(1))
-    table = torch.tensor([6, 2, 7, 0, 4])  # any slots, in any order
-    first = model.prefill(prompt[: 3 * BLOCK], pool, table, 0, {0: 6, 1: 2, 2: 7})
-    assert torch.allclose(first, model.prefill(prompt[: 3 * BLOCK], pool, table[:0], 0, {}), atol=1e-5)
-    full = model.prefill(prompt, pool, table[:0], 0, {})
-    reused = model.prefill(prompt[3 * BLOCK :], pool, table, 3 * BLOCK, {3: 0, 4: 4})
+    cached = torch.tensor([6, 2, 7])  # any slots, in any order
+    first = model.prefill(prompt[: 3 * BLOCK], pool, cached, 0)
+    scratch = torch.arange(8, 12)
+    assert torch.allclose(first, model.prefill(prompt[: 3 * BLOCK], pool, scratch, 0), atol=1e-5)
+    full = model.prefill(prompt, pool, torch.tensor([8, 9, 10, 11, 1]), 0)
+    reused = model.prefill(prompt[3 * BLOCK :], pool, torch.cat((cached, torch.tensor([0, 4]))), 3 * BLOCK)
     assert torch.allclose(reused, full, atol=1e-4)
-    # A fully cached prompt recomputes only its last token.
-    last = model.prefill(prompt[-1:], pool, table, 5 * BLOCK - 1, {})
+    # A prompt cached whole computes its last block again, into a block of its own.
+    last = model.prefill(prompt[-BLOCK:], pool, torch.tensor([6, 2, 7, 0, 5]), 4 * BLOCK)
     assert torch.allclose(last, full, atol=1e-4)
+
+
+def test_prefill_leaves_the_cached_prefix_untouched() -> None:
+    model = Transformer(SMALL, seed=6)
+    pool = KVPool.empty(SMALL, blocks=6, block_tokens=BLOCK)
+    prompt = torch.randint(SMALL.vocab, (3 * BLOCK,), generator=torch.Generator().manual_seed(3))
+    model.prefill(prompt[: 2 * BLOCK], pool, torch.tensor([4, 1]), 0)
+    before = pool.data.clone()
+    model.prefill(prompt[2 * BLOCK :], pool, torch.tensor([4, 1, 3]), 2 * BLOCK)
+    changed = (pool.data != before).transpose(0, 2).flatten(1).any(1)  # per slot
+    assert changed.nonzero().flatten().tolist() == [3]
 
 
 def test_decode_over_the_paged_cache_equals_a_longer_prefill() -> None:
     model = Transformer(SMALL, seed=4)
-    pool = KVPool.empty(SMALL, blocks=4, block_tokens=BLOCK)
+    pool = KVPool.empty(SMALL, blocks=8, block_tokens=BLOCK)
     prompt = torch.randint(SMALL.vocab, (2 * BLOCK,), generator=torch.Generator().manual_seed(2))
     table = torch.tensor([1, 3, 0])
-    logits = model.prefill(prompt, pool, table, 0, {0: 1, 1: 3})
+    logits = model.prefill(prompt, pool, table, 0)
     token = logits.argmax().reshape(1)
     stepped = model.decode(token, pool, [table], [2 * BLOCK])[0]
-    longer = model.prefill(torch.cat((prompt, token)), pool, table[:0], 0, {})
+    longer = model.prefill(torch.cat((prompt, token)), pool, torch.tensor([4, 5, 6]), 0)
     assert torch.allclose(stepped, longer, atol=1e-4)
 
 
