@@ -15,7 +15,14 @@ def _kv() -> Target:
     return KVTarget()
 
 
+def _batching() -> Target:
+    from .batching import BatchingTarget
+
+    return BatchingTarget()
+
+
 _TARGETS["kv"] = _kv
+_TARGETS["batching"] = _batching
 
 
 def names() -> tuple[str, ...]:

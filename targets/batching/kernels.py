@@ -1,0 +1,59 @@
+"""The batching target's ties to real kernels: iterations priced by the cost model, or run in the engine."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from targets.base import WorkloadError
+from targets.kernels.costmodel import DEFAULT_PROFILE, CostModel, ProfileError
+from targets.kernels.models import MODELS
+
+from .scheduler import Batch, Executor, Limits
+from .trace import Requests
+
+
+@functools.lru_cache(maxsize=4)
+def cost_model(profile: str = DEFAULT_PROFILE) -> CostModel:
+    """The cost model of a profile, checked once per process to answer iteration questions."""
+    try:
+        model = CostModel.load(profile)
+        model.iteration_ms([2], [1], [1])
+    except ProfileError as exc:
+        raise WorkloadError(f"profile {profile}: {exc}") from None
+    return model
+
+
+class PricedExecutor:
+    """The simulator's executor: an iteration's time from the cost model, as CostModel.iteration_ms.
+
+    The parts that depend only on a count (projections over the batch's tokens, the head over its
+    sequences) are tabulated once, since every iteration reads them; attention is priced per iteration.
+    """
+
+    def __init__(self, model: CostModel, max_tokens: int, max_sequences: int) -> None:
+        self.model = model
+        self.linear = model.linear_ms(np.arange(max_tokens + 1))
+        self.head = model.head_ms(np.arange(max_sequences + 1))
+
+    def __call__(self, batch: Batch) -> float:
+        chunk = batch.prefill
+        decodes = batch.starts[~chunk]
+        tokens = int(batch.tokens.sum())
+        ms = self.linear[tokens] + self.head[batch.ids.size] + self.model.attn_decode_ms(decodes)
+        if chunk.any():
+            ms += float(np.sum(self.model.attn_prefill_ms(batch.tokens[chunk], batch.starts[chunk])))
+        return float(ms)
+
+
+def engine_executor(requests: Requests, limits: Limits, settings: Mapping[str, Any]) -> Executor:
+    """The real engine as an executor: a random-weight model of the settings' shape and seed."""
+    from targets.engine.batching import EngineExecutor
+    from targets.engine.model import Transformer
+
+    seed = int(settings.get("seed", 0))
+    model = Transformer(MODELS[str(settings.get("model", "tiny"))], seed=seed)
+    return EngineExecutor(model, requests, limits, seed)

@@ -1,0 +1,229 @@
+"""The batching target: request scheduling under continuous batching, the policy one `priority(r, p)` key."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
+from targets.kernels.costmodel import DEFAULT_PROFILE
+from verifiers.compiler import param_vector, to_numba
+from verifiers.program import Program, Signature
+from verifiers.properties import Property
+from verifiers.static import check
+
+from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
+from .kernels import PricedExecutor, cost_model, engine_executor
+from .metrics import METRICS, serving_metrics
+from .properties import PROPERTIES
+from .scheduler import Executor, Limits, Served, serve
+from .trace import Requests, load_azure
+
+PRIORITY = Signature(
+    name="priority",
+    features=REQUEST_FEATURES.names,
+    state_arg="r",
+    doc="Score a live request; the highest is served (and admitted) first, the lowest preempted first.",
+)
+_SRPT = Signature(name="priority", features=(*REQUEST_FEATURES.names, ORACLE_REMAINING.name), state_arg="r")
+_SRPT_SOURCE = '''"""Oracle SRPT: the request with the least work left (pending and output tokens) first."""
+
+
+def priority(r, p):
+    return -(r.pending + r.remaining_output)
+'''
+TOKEN_BUDGET = "token_budget"
+"""A PARAMS name the mechanism reads: the per-iteration token budget (the prefill chunk size), in trace
+tokens. vLLM and Sarathi-Serve fix it per deployment from the latency target rather than per iteration, so
+it is one constant, tuned per instance like any other; a candidate that does not declare it runs with the
+instance's budget."""
+SHIPPED_WORKLOAD = "azure_conv_head.csv"
+DEFAULTS: dict[str, Any] = {
+    "capacity": 2048,
+    "block_tokens": 16,
+    "token_budget": 2048,
+    "max_seqs": 256,
+    "load": 0.4,
+    "ttft_slo_s": 5.0,
+    "tpot_slo_s": 0.1,
+}
+"""The shipped configuration: KV blocks of 16 tokens (vLLM's), a 2,048-token budget (vLLM V1's online
+default), and a load at which the tiny model on the measured 2-core profile queues and preempts."""
+
+
+def shipped_workload_path() -> Path:
+    return Path(str(resources.files("targets.batching") / "workloads" / SHIPPED_WORKLOAD))
+
+
+class BatchingTarget:
+    """Request scheduling under a KV block budget; the objective is the share of requests meeting the SLOs."""
+
+    name = "batching"
+    description = (
+        "Order the requests of an LLM server that batches continuously, as vLLM V1 and Sarathi-Serve do. "
+        "Each iteration is one forward pass over at most a token budget of tokens: one token for each "
+        "decoding request and prefill chunks for the others. Keys and values live in a paged pool of "
+        "fixed-size blocks. At the start of every iteration each live request is scored with priority(r, p): "
+        "running requests are served highest first, and one that needs a block when none is free preempts "
+        "the lowest-scored running request, which later recomputes everything; then waiting requests are "
+        "admitted highest first while they fit. A candidate may declare PARAMS['token_budget'] (tokens per "
+        "iteration, so also the prefill chunk). Maximize the share of requests that meet both the "
+        "time-to-first-token and the time-per-output-token SLOs."
+    )
+    signatures = (PRIORITY,)
+    objective = Objective("slo_attainment", "maximize")
+    report_metrics = (
+        "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "throughput_tok_s",
+        "preemptions",
+    )  # fmt: skip
+
+    def default_config(self) -> dict[str, Any]:
+        return {"workload": str(shipped_workload_path()), **DEFAULTS}
+
+    def registry(self, signature: str) -> FeatureRegistry:
+        if signature != PRIORITY.name:
+            raise KeyError(signature)
+        return REQUEST_FEATURES
+
+    def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
+        config = {**DEFAULTS, **config}
+        for name in ("capacity", "block_tokens", "token_budget", "max_seqs"):
+            value = config[name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise WorkloadError(f"{name} must be a positive whole number, got {value!r}")
+        requests = instance_requests(Instance(workload, config))  # a bad trace or size fails here
+        cost_model(str(config.get("profile", DEFAULT_PROFILE)))
+        cut = max(1, int(requests.n * float(config.get("train_share", 0.3))))
+        name = f"{Path(workload).name}@{config['capacity']}x{config['load']:g}"
+        return [
+            Instance(workload, {**config, "requests": _window(config, 0, cut)}, f"{name}[:{cut}]", "train"),
+            Instance(workload, config, name, "eval"),
+        ]
+
+    def baselines(self) -> dict[str, str]:
+        folder = resources.files("targets.batching") / "baselines"
+        return {
+            Path(entry.name).stem: entry.read_text()
+            for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".py")
+        }
+
+    def properties(self) -> tuple[Property, ...]:
+        return PROPERTIES
+
+    def builtin_baselines(self) -> tuple[str, ...]:
+        return ("srpt",)
+
+    def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
+        values = param_vector(program, params)
+        budget = params.get(TOKEN_BUDGET, program.defaults().get(TOKEN_BUDGET))
+        return self._metrics(instance, _compiled(program.source), values, budget)
+
+    def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
+        if name == "srpt":
+            return self._metrics(instance, _srpt_key(), np.zeros(0), None)
+        raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
+
+    def _metrics(
+        self, instance: Instance, key: Any, params: np.ndarray, budget: float | None
+    ) -> dict[str, float]:
+        requests, limits = instance_requests(instance), instance_limits(instance, budget)
+        slo = slo_s(instance)
+        model = cost_model(str(instance.config.get("profile", DEFAULT_PROFILE)))
+        priced = PricedExecutor(model, limits.token_budget, limits.max_seqs)
+        metrics = serving_metrics(run(instance, requests, limits, key, params, priced), slo)
+        engine = instance.config.get("engine")
+        if engine:
+            executor = engine_executor(requests, limits, engine)
+            measured = serving_metrics(run(instance, requests, limits, key, params, executor), slo)
+            metrics |= {f"engine_{k}": v for k, v in measured.items()}
+        return metrics
+
+
+def run(
+    instance: Instance, requests: Requests, limits: Limits, key: Any, params: np.ndarray, executor: Executor
+) -> Served:
+    """The mechanism over an instance's requests with one executor, up to the instance's horizon."""
+    horizon = float(instance.config.get("horizon_s", float(requests.arrival_s[-1]) + 3600.0))
+    return serve(requests, limits, key, params, executor, slo_s(instance), horizon)
+
+
+def instance_requests(instance: Instance) -> Requests:
+    """The requests of an instance: its slice of the trace at its load, with tokens divided by
+    `token_divisor` and outputs capped at `max_output` where those are set (for the real engine)."""
+    config = {**DEFAULTS, **instance.config}
+    window = config.get("requests")
+    bounds = (int(window[0]), int(window[1])) if window else None
+    scale = (float(config["load"]), int(config.get("token_divisor", 1)), int(config.get("max_output", 0)))
+    return _shaped(load_workload(instance.workload), bounds, scale)
+
+
+def instance_limits(instance: Instance, budget: float | None = None) -> Limits:
+    """The machine of an instance; token sizes (block, budget) are divided like the trace's tokens."""
+    config = {**DEFAULTS, **instance.config}
+    divisor = int(config.get("token_divisor", 1))
+    tokens = float(config["token_budget"] if budget is None else budget)
+    limits = Limits(
+        kv_blocks=int(config["capacity"]),
+        block_tokens=max(1, int(config["block_tokens"]) // divisor),
+        token_budget=max(1, round(tokens / divisor)),
+        max_seqs=int(config["max_seqs"]),
+    )
+    try:
+        limits.check(instance_requests(instance))
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
+    return limits
+
+
+def slo_s(instance: Instance) -> tuple[float, float]:
+    """The TTFT and TPOT SLOs in seconds."""
+    config = {**DEFAULTS, **instance.config}
+    return float(config["ttft_slo_s"]), float(config["tpot_slo_s"])
+
+
+def _window(config: Mapping[str, Any], start: int, stop: int) -> list[int]:
+    """A slice of the instance's own window (the whole trace if it has none)."""
+    base = int(config["requests"][0]) if config.get("requests") else 0
+    return [base + start, base + stop]
+
+
+@functools.lru_cache(maxsize=8)
+def _shaped(requests: Requests, window: tuple[int, int] | None, scale: tuple[float, int, int]) -> Requests:
+    """Each shape of a trace is made once per process, not per trial."""
+    if window:
+        requests = requests.slice(*window)
+    return requests.scaled(*scale)
+
+
+def load_workload(workload: str) -> Requests:
+    """A workload is an Azure LLM inference trace (CSV) path."""
+    path = Path(workload)
+    if not path.is_file():
+        raise WorkloadError(f"{workload}: no such trace file")
+    stat = path.stat()
+    return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, mtime_ns: int, size: int) -> Requests:
+    return load_azure(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(source: str) -> Callable[..., float]:
+    """Compile a candidate once per process, however many trials and instances evaluate it."""
+    return to_numba(check(source, [PRIORITY]), PRIORITY.name, ORACLE_COLUMNS)
+
+
+@functools.cache
+def _srpt_key() -> Callable[..., float]:
+    return to_numba(check(_SRPT_SOURCE, [_SRPT]), PRIORITY.name, ORACLE_COLUMNS)
+
+
+__all__ = ["METRICS", "BatchingTarget"]

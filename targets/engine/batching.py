@@ -1,0 +1,125 @@
+"""Continuous batching in the real engine: each scheduler iteration is one forward pass of the Transformer.
+
+The batching target's scheduler decides every iteration (which prefill chunks, which decodes, who is
+preempted) and this executor runs it over a paged KV pool of exactly the scheduler's block budget: the
+projections and MLP over all the iteration's tokens at once, attention per prefill chunk over the request's
+earlier chunks (read back from the pool) and batched over the decodes, then greedy next tokens for the rows
+that reached the end of their sequence. A preempted request's blocks go back to the pool, and its later
+chunks recompute its prompt and its output so far, so what it generates does not depend on how it was
+batched, chunked or preempted (tests/engine/test_engine_batching.py checks this against serving alone).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from targets.batching.scheduler import Batch, Limits
+from targets.batching.trace import Requests
+
+from . import ops
+from .model import KVPool, Transformer
+
+
+def prompt_tokens(request: int, length: int, vocab: int, seed: int) -> list[int]:
+    """A request's prompt ids, a function of its index and the seed alone (the trace has no text)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + request)
+    return torch.randint(vocab, (length,), generator=g).tolist()
+
+
+class EngineExecutor:
+    """Runs the scheduler's iterations on real kernels; returns each one's measured wall time in ms."""
+
+    def __init__(self, model: Transformer, requests: Requests, limits: Limits, seed: int = 0) -> None:
+        self.model = model
+        self.requests = requests
+        self.pool = KVPool.empty(model.shape, limits.kv_blocks, limits.block_tokens)
+        self.free = list(range(limits.kv_blocks - 1, -1, -1))
+        self.tables: dict[int, list[int]] = {}
+        self.sequences = {
+            r: prompt_tokens(r, int(n), model.shape.vocab, seed) for r, n in enumerate(requests.prompt_tokens)
+        }
+        self.logits: dict[int, list[torch.Tensor]] = {r: [] for r in range(requests.n)}
+        """Every request's logits at each token it generated, in order: what batching must not change."""
+
+    def __call__(self, batch: Batch) -> float:
+        for r in batch.preempted.tolist():
+            self.free.extend(self.tables.pop(r, []))
+        bs = self.pool.block_tokens
+        rows = list(zip(batch.ids.tolist(), batch.starts.tolist(), batch.tokens.tolist(), strict=True))
+        for r, start, n in rows:
+            table = self.tables.setdefault(r, [])
+            while len(table) * bs < start + n:
+                if not self.free:
+                    raise RuntimeError(
+                        f"iteration needs more KV blocks than the pool's {self.pool.data.shape[2]}"
+                    )
+                table.append(self.free.pop())
+        began = time.perf_counter()
+        logits = forward(
+            self.model, self.pool, [(self.sequences[r], self.tables[r], s, n) for r, s, n in rows]
+        )
+        for (r, start, n), out in zip(rows, logits, strict=True):
+            sequence = self.sequences[r]
+            if start + n == len(sequence):
+                self.logits[r].append(out)
+                sequence.append(int(out.argmax()))
+                if len(self.logits[r]) == int(self.requests.output_tokens[r]):
+                    self.free.extend(self.tables.pop(r))
+        return (time.perf_counter() - began) * 1e3
+
+
+@torch.inference_mode()
+def forward(
+    model: Transformer, pool: KVPool, rows: list[tuple[list[int], list[int], int, int]]
+) -> list[torch.Tensor]:
+    """One pass over rows (sequence, block table, start, tokens): positions start..start+tokens-1 of each
+    sequence are computed over its cached first `start` tokens and written to the pool; returns the logits
+    after each row's last token. Rows of one token run as a batched decode."""
+    s, bs = model.shape, pool.block_tokens
+    spans, pos, decodes = [], 0, []
+    for i, (_, _, _, n) in enumerate(rows):
+        spans.append((pos, pos + n))
+        if n == 1:
+            decodes.append(i)
+        pos += n
+    ids = torch.tensor([t for seq, _, start, n in rows for t in seq[start : start + n]])
+    tables = [torch.tensor(table) for _, table, _, _ in rows]
+    places = [
+        (tables[i][torch.arange(start, start + n) // bs], torch.arange(start, start + n) % bs)
+        for i, (_, _, start, n) in enumerate(rows)
+    ]
+    last = torch.tensor([hi - 1 for _, hi in spans])
+    dec = torch.tensor([spans[i][0] for i in decodes], dtype=torch.long)
+    x = model.embed[ids]
+    delta = torch.zeros_like(x)
+    for li, layer in enumerate(model.layers):
+        k_pool, v_pool = pool.data[li, 0], pool.data[li, 1]
+        a, x = ops.norm(x, delta, layer.attn_norm)
+        q, k, v = ops.gemm(a, layer.qkv).view(pos, 3, s.heads, s.head_dim).unbind(1)
+        o = torch.empty_like(q)
+        for i, (_, _, start, n) in enumerate(rows):
+            lo, hi = spans[i]
+            if n > 1:
+                qi, ki, vi = (t[lo:hi].transpose(0, 1) for t in (q, k, v))
+                o[lo:hi] = ops.attn_prefill(qi, ki, vi, k_pool, v_pool, tables[i], start).transpose(0, 1)
+        if decodes:
+            o[dec] = ops.attn_decode(
+                q[dec],
+                k[dec],
+                v[dec],
+                k_pool,
+                v_pool,
+                [tables[i] for i in decodes],
+                [rows[i][2] for i in decodes],
+            )
+        for i, (lo, hi) in enumerate(spans):  # the new keys and values, after attention read the cached ones
+            slots, offsets = places[i]
+            k_pool[slots, :, offsets] = k[lo:hi]
+            v_pool[slots, :, offsets] = v[lo:hi]
+        delta = ops.gemm(o.reshape(pos, -1), layer.out)
+        a, x = ops.norm(x, delta, layer.mlp_norm)
+        delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
+    a, _ = ops.norm(x[last], delta[last], model.final_norm)
+    return list(ops.gemm(a, model.head).unbind(0))
