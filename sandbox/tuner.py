@@ -11,6 +11,14 @@ import optuna
 
 from verifiers.program import ParamRange
 
+MAX_STARTUP_TRIALS = 10
+"""Optuna's own default: random trials before TPE models the results; fewer when the budget is small."""
+
+
+def startup_trials(trials: int) -> int:
+    """Half the budget explores at random (the defaults count), at most Optuna's 10: TPE always engages."""
+    return min(MAX_STARTUP_TRIALS, max(1, trials // 2))
+
 
 @dataclass(frozen=True)
 class TuneOutcome:
@@ -28,7 +36,10 @@ def tune(
     trials: int,
     seed: int,
 ) -> TuneOutcome:
-    """Search `params` for `trials` trials, the first at the defaults; non-finite objectives never win."""
+    """Search `params` for `trials` trials, the first at the defaults; non-finite objectives never win.
+
+    With Optuna's fixed 10 random startup trials a budget of 10 or fewer would be random search only.
+    """
     if trials < 1:
         raise ValueError(f"trials must be at least 1, got {trials}")
     defaults = {p.name: p.initial for p in params}
@@ -48,7 +59,7 @@ def tune(
     try:
         study = optuna.create_study(
             storage=optuna.storages.InMemoryStorage(),
-            sampler=optuna.samplers.TPESampler(seed=seed),
+            sampler=optuna.samplers.TPESampler(n_startup_trials=startup_trials(trials), seed=seed),
             direction=direction,
         )
         study.enqueue_trial(defaults)
