@@ -86,10 +86,9 @@ def forward(
         pos += n
     ids = torch.tensor([t for seq, _, start, n in rows for t in seq[start : start + n]])
     tables = [torch.tensor(table) for _, table, _, _ in rows]
-    places = [
-        (tables[i][torch.arange(start, start + n) // bs], torch.arange(start, start + n) % bs)
-        for i, (_, _, start, n) in enumerate(rows)
-    ]
+    positions = [torch.arange(start, start + n) for _, _, start, n in rows]
+    slots = torch.cat([tables[i][p // bs] for i, p in enumerate(positions)])
+    offsets = torch.cat(positions) % bs
     last = torch.tensor([hi - 1 for _, hi in spans])
     dec = torch.tensor([spans[i][0] for i in decodes], dtype=torch.long)
     x = model.embed[ids]
@@ -114,10 +113,8 @@ def forward(
                 [tables[i] for i in decodes],
                 [rows[i][2] for i in decodes],
             )
-        for i, (lo, hi) in enumerate(spans):  # the new keys and values, after attention read the cached ones
-            slots, offsets = places[i]
-            k_pool[slots, :, offsets] = k[lo:hi]
-            v_pool[slots, :, offsets] = v[lo:hi]
+        k_pool[slots, :, offsets] = k  # the new keys and values, after attention read the cached ones
+        v_pool[slots, :, offsets] = v
         delta = ops.gemm(o.reshape(pos, -1), layer.out)
         a, x = ops.norm(x, delta, layer.mlp_norm)
         delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
