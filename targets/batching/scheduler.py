@@ -299,7 +299,8 @@ def serve(
     ids, starts, tokens = rows_out
     preempted = np.zeros(n, dtype=np.int64)
     live = np.zeros(0, dtype=np.int64)
-    setting = np.array([limits.kv_blocks, limits.token_budget, limits.block_tokens, limits.max_seqs, *slo_s])
+    machine = (limits.kv_blocks, limits.token_budget, limits.block_tokens, limits.max_seqs)
+    setting = np.array([*machine, *slo_s], dtype=np.float64)
     now, free, arrived, iterations = 0.0, limits.kv_blocks, 0, 0
     while now < horizon_s:
         if arrived < n and requests.arrival_s[arrived] <= now:

@@ -97,6 +97,7 @@ class BatchingTarget:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise WorkloadError(f"{name} must be a positive whole number, got {value!r}")
         requests = instance_requests(Instance(workload, config))  # a bad trace or size fails here
+        instance_limits(Instance(workload, config))
         cost_model(str(config.get("profile", DEFAULT_PROFILE)))
         cut = max(1, int(requests.n * float(config.get("train_share", 0.3))))
         name = f"{Path(workload).name}@{config['capacity']}x{config['load']:g}"
