@@ -86,9 +86,9 @@ def forward(
         pos += n
     ids = torch.tensor([t for seq, _, start, n in rows for t in seq[start : start + n]])
     tables = [torch.tensor(table) for _, table, _, _ in rows]
-    positions = [torch.arange(start, start + n) for _, _, start, n in rows]
-    slots = torch.cat([tables[i][p // bs] for i, p in enumerate(positions)])
-    offsets = torch.cat(positions) % bs
+    # a decode's key and value go to its position; ops.attn_prefill writes a chunk's own
+    slots = torch.tensor([rows[i][1][rows[i][2] // bs] for i in decodes], dtype=torch.long)
+    offsets = torch.tensor([rows[i][2] % bs for i in decodes], dtype=torch.long)
     last = torch.tensor([hi - 1 for _, hi in spans])
     dec = torch.tensor([spans[i][0] for i in decodes], dtype=torch.long)
     x = model.embed[ids]
@@ -113,8 +113,8 @@ def forward(
                 [tables[i] for i in decodes],
                 [rows[i][2] for i in decodes],
             )
-        k_pool[slots, :, offsets] = k  # the new keys and values, after attention read the cached ones
-        v_pool[slots, :, offsets] = v
+            k_pool[slots, :, offsets] = k[dec]  # after attention read the cached context
+            v_pool[slots, :, offsets] = v[dec]
         delta = ops.gemm(o.reshape(pos, -1), layer.out)
         a, x = ops.norm(x, delta, layer.mlp_norm)
         delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
