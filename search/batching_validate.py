@@ -22,7 +22,8 @@ from targets.base import Instance, WorkloadError
 from targets.batching.target import DEFAULTS, load_workload
 from targets.kernels.costmodel import DEFAULT_PROFILE
 
-from .kernel_commands import _candidate_jobs, _user_error, kendall_tau, require_torch
+from .errors import UserError
+from .validation import candidate_jobs, kendall_tau, require_torch
 
 _err = Console(stderr=True)
 
@@ -49,13 +50,13 @@ def batching_instance(
     try:
         start, stop = (int(x) for x in requests.split(":"))
     except ValueError:
-        raise _user_error(f"--requests takes START:STOP, got {requests!r}") from None
+        raise UserError(f"--requests takes START:STOP, got {requests!r}") from None
     try:
         n = load_workload(workload).n
     except WorkloadError as exc:
-        raise _user_error(str(exc)) from None
+        raise UserError(str(exc)) from None
     if not 0 <= start < stop <= n or min(capacity, token_divisor) < 1 or max_output < 0 or load <= 0:
-        raise _user_error(
+        raise UserError(
             f"need 0 <= START < STOP <= {n} requests, a capacity and token divisor of at least 1, "
             "a positive load and a non-negative output cap"
         )
@@ -76,7 +77,7 @@ def batching_instance(
     try:
         target.instances(workload, {k: v for k, v in config.items() if k != "engine"})
     except WorkloadError as exc:
-        raise _user_error(str(exc)) from None
+        raise UserError(str(exc)) from None
     return instance
 
 
@@ -87,7 +88,7 @@ def validate_batching(
     a time so the engine's timings have the cores; print both rankings and the errors; return the report."""
     require_torch("crucible validate")
     target = targets.load("batching")
-    jobs = _candidate_jobs(target, candidates, instance)
+    jobs = candidate_jobs(target, candidates, instance)
     box, reason = choose_sandbox(sandbox)
     _err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
     rows: dict[str, dict[str, float]] = {}
@@ -96,7 +97,7 @@ def validate_batching(
             status.update(f"{name}: simulator and engine on {instance.label}")
             result = box.run(job)
             if result.status != "ok":
-                raise _user_error(f"{name}: {result.status}: {result.message}")
+                raise UserError(f"{name}: {result.status}: {result.message}")
             rows[name] = result.instances[0].metrics
     report = validation_report(rows)
     if as_json:

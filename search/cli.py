@@ -28,6 +28,7 @@ from verifiers.static import StaticError, check, render
 
 from . import kernel_commands, sandbox_commands
 from .accounting import ProposerStats, proposer_stats
+from .errors import UserError
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
 from .proposers.base import Proposer, ProposerUnavailable
 from .proposers.evolve import EvolveProposer
@@ -36,10 +37,6 @@ from .proposers.mix import MixProposer
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
 _err = Console(stderr=True)
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line, exit status 2."""
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -68,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=int, default=300, help="candidates to propose")
     s.add_argument("--time-budget", type=float, default=None, help="stop (resumably) after this many seconds")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--trials", type=int, default=8, help="Optuna trials per candidate")
+    s.add_argument("--trials", type=int, default=32, help="Optuna trials per candidate")
     s.add_argument("--proposer", default="evolve", choices=("evolve", "llm", "mix"))
     s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run")
     s.add_argument("--max-cost-usd", type=float, help="stop (resumably) once proposals cost this much")

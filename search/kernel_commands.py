@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -13,12 +12,15 @@ from rich.table import Table
 
 import targets
 from sandbox.choice import BACKENDS, choose_sandbox
-from sandbox.job import Job, Limits
 from targets.base import Instance
 from targets.kernels.costmodel import DEFAULT_PROFILE, Profile, ProfileError
 from targets.kernels.models import MODELS, TINY
 from targets.kv.kernels import cost_model
 from targets.kv.target import load_workload
+
+from .batching_validate import batching_instance, validate_batching
+from .errors import UserError
+from .validation import candidate_jobs, kendall_tau, require_torch
 
 _err = Console(stderr=True)
 
@@ -46,35 +48,30 @@ def add_parsers(sub: Any) -> None:
         help="heuristic files, or names of the target's baselines (lru, fifo, ..., belady)",
     )
     v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
-    v.add_argument("--requests", default="0:200", help="slice of the trace, START:STOP (default 0:200)")
-    v.add_argument("--capacity", type=int, default=300, help="cache capacity in blocks")
-    v.add_argument("--block-tokens", type=int, default=8, help="tokens per block in the scaled-down replay")
-    v.add_argument("--profile", default=DEFAULT_PROFILE, help="profile the simulator prices prefill with")
-    v.add_argument("--repeats", type=int, default=3, help="timed runs of each prefill (the median is kept)")
+    v.add_argument("--requests", help="slice of the trace, START:STOP (default: kv 0:200, batching 0:200)")
+    v.add_argument("--capacity", type=int, help="KV capacity in blocks (default: kv 300, batching 512)")
+    v.add_argument("--profile", default=DEFAULT_PROFILE, help="profile the simulator prices kernels with")
     v.add_argument("--seed", type=int, default=0, help="seed of the engine's random weights")
     v.add_argument("--sandbox", default="auto", choices=BACKENDS)
+    kv = v.add_argument_group("kv")
+    kv.add_argument("--block-tokens", type=int, default=8, help="tokens per block in the scaled-down replay")
+    kv.add_argument("--repeats", type=int, default=3, help="timed runs of each prefill (the median is kept)")
+    batching = v.add_argument_group("batching")
+    batching.add_argument("--load", type=float, default=25.0, help="arrivals made this many times as dense")
+    batching.add_argument("--token-divisor", type=int, default=8, help="token counts divided by this")
+    batching.add_argument("--max-output", type=int, default=32, help="output lengths capped at this")
+    batching.add_argument("--ttft-slo", type=float, default=1.0, help="TTFT SLO in seconds")
+    batching.add_argument("--tpot-slo", type=float, default=0.02, help="TPOT SLO in seconds")
     v.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-
-
-def _user_error(message: str) -> Exception:
-    from .cli import UserError
-
-    return UserError(message)
-
-
-def require_torch(command: str) -> None:
-    """A clear one-line error where the torch extra is not installed."""
-    if importlib.util.find_spec("torch") is None:
-        raise _user_error(f"{command} needs PyTorch: pip install 'crucible[torch]'")
 
 
 def profile(args: argparse.Namespace) -> None:
     try:
         groups = tuple(int(g) for g in args.groups.split(",") if g)
     except ValueError:
-        raise _user_error(f"--groups takes comma-separated integers, got {args.groups!r}") from None
+        raise UserError(f"--groups takes comma-separated integers, got {args.groups!r}") from None
     if any(g < 2 for g in groups) or args.threads < 1 or args.repeats < 1 or args.block < 1:
-        raise _user_error("--groups need 2 or more processes; --threads, --repeats, --block at least 1")
+        raise UserError("--groups need 2 or more processes; --threads, --repeats, --block at least 1")
     try:
         if args.from_vidur:
             from targets.kernels.vidur import import_vidur
@@ -88,7 +85,7 @@ def profile(args: argparse.Namespace) -> None:
             from targets.kernels.measure import profile as measure
 
             if args.device == "cuda" and torch.cuda.device_count() < 1:
-                raise _user_error("--device cuda: no CUDA device is visible")
+                raise UserError("--device cuda: no CUDA device is visible")
             if args.device == "cuda" and max(groups) > torch.cuda.device_count():
                 groups = tuple(g for g in groups if g <= torch.cuda.device_count())
                 _err.print(f"NCCL groups limited to {torch.cuda.device_count()} visible GPUs", markup=False)
@@ -99,7 +96,7 @@ def profile(args: argparse.Namespace) -> None:
             with _err.status("measuring") as status:
                 result = measure(MODELS[args.model], settings, name, args.block, status.update)
     except ProfileError as exc:
-        raise _user_error(str(exc)) from None
+        raise UserError(str(exc)) from None
     result.save(args.output)
     Console().print(error_table(result))
     _err.print(f"wrote {args.output}", markup=False)
@@ -115,72 +112,48 @@ def error_table(profile: Profile) -> Table:
     return table
 
 
-ENGINE_LIMITS = Limits(wall_s=7200.0, memory_mb=16384, cpu_s=14400)
-"""A replay in the engine runs real kernels for minutes and maps torch: far above a simulator job."""
-
-
-def kendall_tau(a: list[float], b: list[float]) -> float:
-    """Kendall's tau-b of two score lists, which discounts ties.
-
-    Policies that make the same decisions tie exactly in the simulator, while the engine's measurements
-    of them differ by noise; tau-b neither rewards nor punishes either order of such a pair.
-    """
-    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
-    sign = [(a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
-    untied_a = sum(a[i] != a[j] for i, j in pairs)
-    untied_b = sum(b[i] != b[j] for i, j in pairs)
-    if not untied_a or not untied_b:
-        return 1.0 if untied_a == untied_b else 0.0
-    return (sum(s > 0 for s in sign) - sum(s < 0 for s in sign)) / (untied_a * untied_b) ** 0.5
-
-
-def _candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[str, Job]:
-    """A job per candidate: a heuristic file, a baseline in candidate form, or a built-in mechanism."""
-    baselines = target.baselines()
-    jobs: dict[str, Job] = {}
-    for name in names:
-        if name in baselines:
-            jobs[name] = Job(target.name, baselines[name], (instance,), limits=ENGINE_LIMITS)
-        elif name in target.builtin_baselines():
-            jobs[name] = Job(target.name, "", (instance,), builtin=name, limits=ENGINE_LIMITS)
-        else:
-            path = Path(name)
-            try:
-                source = path.read_text()
-            except (OSError, UnicodeDecodeError):
-                known = ", ".join([*baselines, *target.builtin_baselines()])
-                raise _user_error(
-                    f"{name}: neither a readable heuristic file nor a baseline ({known})"
-                ) from None
-            jobs[path.stem] = Job(target.name, source, (instance,), limits=ENGINE_LIMITS)
-    return jobs
-
-
 def validate(args: argparse.Namespace) -> None:
-    if args.target != "kv":
-        raise _user_error("validate supports --target kv; the batching target is not built yet")
+    if args.target == "batching":
+        instance = batching_instance(
+            workload=args.workload,
+            requests=args.requests or "0:200",
+            capacity=args.capacity or 512,
+            load=args.load,
+            token_divisor=args.token_divisor,
+            max_output=args.max_output,
+            ttft_slo_s=args.ttft_slo,
+            tpot_slo_s=args.tpot_slo,
+            profile=args.profile,
+            seed=args.seed,
+        )
+        validate_batching(args.candidates, instance, sandbox=args.sandbox, as_json=args.json)
+    else:
+        _validate_kv(args, args.requests or "0:200", args.capacity or 300)
+
+
+def _validate_kv(args: argparse.Namespace, requests: str, capacity: int) -> None:
     require_torch("crucible validate")
     try:
-        start, stop = (int(x) for x in args.requests.split(":"))
+        start, stop = (int(x) for x in requests.split(":"))
     except ValueError:
-        raise _user_error(f"--requests takes START:STOP, got {args.requests!r}") from None
+        raise UserError(f"--requests takes START:STOP, got {requests!r}") from None
     target = targets.load(args.target)
     workload = args.workload or target.default_config()["workload"]
     config: dict[str, Any] = {
-        "capacity": args.capacity,
+        "capacity": capacity,
         "requests": [start, stop],
         "block_tokens": args.block_tokens,
         "profile": args.profile,
         "engine": {"repeats": args.repeats, "seed": args.seed},
     }
     n = load_workload(workload).n_requests
-    if not 0 <= start < stop <= n or args.capacity < 1 or args.block_tokens < 1 or args.repeats < 1:
-        raise _user_error(
+    if not 0 <= start < stop <= n or capacity < 1 or args.block_tokens < 1 or args.repeats < 1:
+        raise UserError(
             f"need 0 <= START < STOP <= {n} requests, and a capacity, block size and repeats of at least 1"
         )
     cost_model(args.profile)  # a profile that cannot price prefill fails here, not in every job
-    instance = Instance(workload, config, f"{Path(workload).name}[{start}:{stop}]@{args.capacity}")
-    jobs = _candidate_jobs(target, args.candidates, instance)
+    instance = Instance(workload, config, f"{Path(workload).name}[{start}:{stop}]@{capacity}")
+    jobs = candidate_jobs(target, args.candidates, instance)
     sandbox, reason = choose_sandbox(args.sandbox)
     _err.print(f"sandbox: {sandbox.name} ({reason})", markup=False, highlight=False)
     rows: dict[str, dict[str, float]] = {}
@@ -189,7 +162,7 @@ def validate(args: argparse.Namespace) -> None:
             status.update(f"{name}: simulator and engine on {instance.label}")
             result = sandbox.run(job)
             if result.status != "ok":
-                raise _user_error(f"{name}: {result.status}: {result.message}")
+                raise UserError(f"{name}: {result.status}: {result.message}")
             rows[name] = result.instances[0].metrics
     report = validation_report(rows)
     if args.json:

@@ -11,6 +11,8 @@ from typing import Any
 from sandbox.choice import survey
 from sandbox.image import DEBIAN_MIRROR, BuildError, build
 
+from .errors import UserError
+
 
 def add_parsers(sub: Any) -> None:
     """Register `sandbox build` and `sandbox check` on the CLI's subparsers."""
@@ -36,8 +38,6 @@ def sandbox(args: argparse.Namespace) -> None:
                 args.offline, log=lambda line: print(line, file=sys.stderr, flush=True), mirror=args.mirror
             )
         except BuildError as exc:
-            from .cli import UserError
-
             raise UserError(str(exc)) from None
         print(name)
         return

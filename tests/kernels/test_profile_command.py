@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from search.cli import main
-from search.kernel_commands import kendall_tau, validation_report
+from search.kernel_commands import validation_report
+from search.validation import kendall_tau
 from targets.kernels.costmodel import COLLECTIVES, OPERATORS, CostModel, load_profile
 from targets.kernels.models import ModelShape
 
@@ -43,11 +44,42 @@ def test_profile_imports_vidur_measurements_and_states_the_fit_error(tmp_path, c
     assert json.loads(out.read_text()) == load_profile("h100-vidur").to_json()
 
 
-def test_validate_refuses_the_batching_target_until_it_exists(capsys) -> None:
+def test_validate_names_the_baselines_when_a_candidate_is_neither_file_nor_baseline(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["validate", "--target", "batching", "--candidates", "lru"])
     assert exc.value.code == 2
-    assert "batching target is not built yet" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "lru: neither a readable heuristic file nor a baseline (edf, fcfs, sarathi, spf, srpt)" in err
+
+
+@pytest.mark.torch
+def test_validate_kv_replays_each_policy_in_simulator_and_engine(capsys) -> None:
+    pytest.importorskip("torch")
+    main(
+        ["validate", "--target", "kv", "--candidates", "lru", "belady", "--workload", "gen:chat:1",
+         "--requests", "0:30", "--capacity", "60", "--block-tokens", "4", "--repeats", "1",
+         "--sandbox", "process", "--json"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["policies"]) == {"lru", "belady"}
+    belady, lru = report["policies"]["belady"], report["policies"]["lru"]
+    assert belady["predicted_ms_saved"] >= lru["predicted_ms_saved"] > 0
+    assert belady["engine_hit_tokens"] >= lru["engine_hit_tokens"] > 0
+    assert report["max_logit_diff"] < 1e-4
+    assert -1.0 <= report["kendall_tau"] <= 1.0
+
+
+@pytest.mark.torch
+def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) -> None:
+    pytest.importorskip("torch")
+    main(
+        ["validate", "--target", "batching", "--candidates", "fcfs", "spf", "--requests", "0:12",
+         "--max-output", "4", "--sandbox", "process", "--json"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["policies"]) == {"fcfs", "spf"}
+    assert -1.0 <= report["kendall_tau"] <= 1.0
 
 
 @pytest.mark.torch
