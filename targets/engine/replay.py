@@ -8,8 +8,8 @@ lookups find exactly the hits the mechanism counted.
 Requests run one after another in arrival order, as the simulator replays them; each prompt is prefilled
 twice (over its cached prefix, and from scratch without the cache) and the two last-token logits must
 agree, so the cache is shown correct on every request with a hit, not only fast. A request without a hit
-runs the same kernels either way, so it runs once and saves nothing by construction. Continuous batching
-of several requests (and a batching policy) is not built yet: decode batches hold one sequence.
+runs the same kernels either way, so it runs once and saves nothing by construction. Serving several
+requests at once under a batching policy is targets/engine/batching.py; this replay isolates the cache.
 """
 
 from __future__ import annotations
@@ -54,16 +54,22 @@ def block_tokens(hash_id: int, size: int, vocab: int) -> torch.Tensor:
 
 
 def _timed(
-    fn: Callable[..., torch.Tensor], args: tuple[Any, ...], repeats: int
-) -> tuple[torch.Tensor, float]:
-    """The result of fn(*args) and the median wall time in ms over `repeats` runs."""
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn(*args)
-        times.append((time.perf_counter() - start) * 1e3)
-    assert out is not None
-    return out, statistics.median(times)
+    fn: Callable[..., torch.Tensor], calls: tuple[tuple[Any, ...], ...], repeats: int, flip: bool = False
+) -> list[tuple[torch.Tensor, float]]:
+    """fn's result on each argument tuple and its median wall time in ms over `repeats` rounds.
+
+    The calls take turns within a round, in an order that reverses every round (and starts reversed with
+    `flip`), so neither gains from the other's warm caches and a burst of load lands on both alike.
+    """
+    times: list[list[float]] = [[] for _ in calls]
+    outs: list[Any] = [None] * len(calls)
+    for round_ in range(repeats):
+        order = reversed(range(len(calls))) if (round_ % 2 == 1) != flip else range(len(calls))
+        for i in order:
+            start = time.perf_counter()
+            outs[i] = fn(*calls[i])
+            times[i].append((time.perf_counter() - start) * 1e3)
+    return [(out, statistics.median(t)) for out, t in zip(outs, times, strict=True)]
 
 
 def replay(
@@ -123,14 +129,11 @@ def replay(
         reuse_args = (prompt[ctx:], pool, t, ctx)
         scratch_args = (prompt, pool, torch.arange(fresh, fresh + len(blocks)), 0)
         if ctx == 0:  # nothing cached: both prefills are the same kernels on the same data, so run once
-            full, ms_full = _timed(model.prefill, reuse_args, repeats)
+            ((full, ms_full),) = _timed(model.prefill, (reuse_args,), repeats)
             logits, ms_reuse = full, ms_full
-        elif r % 2:  # alternate which runs first, so neither gains from the other's warm caches
-            logits, ms_reuse = _timed(model.prefill, reuse_args, repeats)
-            full, ms_full = _timed(model.prefill, scratch_args, repeats)
         else:
-            full, ms_full = _timed(model.prefill, scratch_args, repeats)
-            logits, ms_reuse = _timed(model.prefill, reuse_args, repeats)
+            pair = (reuse_args, scratch_args)
+            (logits, ms_reuse), (full, ms_full) = _timed(model.prefill, pair, repeats, flip=r % 2 == 1)
         max_diff = max(max_diff, float((logits - full).abs().max()))
         full_ms.append(ms_full)
         reuse_ms.append(ms_reuse)

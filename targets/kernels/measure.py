@@ -6,6 +6,7 @@ back from its fit, so the stored error is the error on shapes the fit never saw.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import platform
@@ -27,6 +28,8 @@ from .models import ModelShape
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_CTX = (0, 8, 64, 256, 1024, 3072)
+ROTATION_CAP_BYTES = 256 * 2**20
+"""At most this much memory for the copies of a GEMM's weights (a 7B model's footprint is far larger)."""
 PREFILL_POOL_BLOCKS = 4096
 """Blocks in the pool prefill attention reads and writes: a cache's size, so its blocks are not all in
 the CPU's caches as a pool of just the sequence's blocks would be."""
@@ -84,7 +87,14 @@ def _compute_cases(model: ModelShape) -> Iterator[tuple[str, dict[str, float]]]:
             )
 
 
-def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[], object]:
+def weight_bytes(model: ModelShape) -> int:
+    """Bytes of every weight a forward pass reads (fp32): what passes through the caches between two
+    uses of one layer's projection."""
+    h, f, w = model.hidden, model.ffn, model.heads * model.head_dim
+    return 4 * (model.layers * (h * 3 * w + w * h + h * 2 * f + f * h) + 2 * h * model.vocab)
+
+
+def _runner(op: str, s: dict[str, float], device: str, block: int, footprint: int) -> Callable[[], object]:
     """Inputs allocated once, and a closure that runs the operator on them."""
     g = torch.Generator().manual_seed(0)
 
@@ -92,8 +102,13 @@ def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[
         return torch.randn(*shape, generator=g).to(device)
 
     if op == "gemm":
-        x, w = rand(int(s["m"]), int(s["k"])), rand(int(s["k"]), int(s["n"]))
-        return lambda: ops.gemm(x, w)
+        # A forward pass reads every weight once, so a projection's weights come from beyond the nearest
+        # caches; timing one matrix over and over would keep it there. Copies to cycle through, covering
+        # the model's footprint (capped), give each run the weights as a forward pass finds them.
+        k, n = int(s["k"]), int(s["n"])
+        copies = max(1, min(footprint, ROTATION_CAP_BYTES) // (4 * k * n))
+        x, ws = rand(int(s["m"]), k), itertools.cycle([rand(k, n) for _ in range(copies)])
+        return lambda: ops.gemm(x, next(ws))
     if op == "norm":
         m, width = int(s["m"]), int(s["width"])
         x, d, w = rand(m, width), rand(m, width), rand(width)
@@ -106,7 +121,8 @@ def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[
     n_blocks = -(-max(ctx, 1) // block)
     if op == "attn_prefill":
         n = int(s["q"])
-        q, k, v = (rand(heads, n, dim) for _ in range(3))
+        # views of one fused projection, laid out as the model's forward hands them over
+        q, k, v = rand(n, 3 * heads * dim).view(n, 3, heads, dim).permute(1, 2, 0, 3)
         # a pool as large as a serving cache, the sequence's blocks scattered in it, as the engine has them
         used = -(-(ctx + n) // block)
         pool_blocks = max(PREFILL_POOL_BLOCKS, used)
@@ -114,7 +130,7 @@ def _runner(op: str, s: dict[str, float], device: str, block: int) -> Callable[[
         table = torch.randperm(pool_blocks, generator=g)[:used].to(device)
         return lambda: ops.attn_prefill(q, k, v, pool_k, pool_v, table, ctx)
     batch = int(s["batch"])
-    q, k, v = (rand(batch, heads, dim) for _ in range(3))
+    q, k, v = rand(batch, 3 * heads * dim).view(batch, 3, heads, dim).unbind(1)
     pool_k, pool_v = rand(batch * n_blocks, heads, block, dim), rand(batch * n_blocks, heads, block, dim)
     tables = [torch.arange(i * n_blocks, (i + 1) * n_blocks, device=device) for i in range(batch)]
     ctxs = [ctx] * batch
@@ -129,7 +145,7 @@ def measure_compute(
     samples: dict[str, list[Sample]] = {op: [] for op in OPERATORS}
     with torch.inference_mode():
         for op, shape in _compute_cases(model):
-            ms = time_ms(_runner(op, shape, settings.device, block), settings)
+            ms = time_ms(_runner(op, shape, settings.device, block, weight_bytes(model)), settings)
             keys = OPERATORS[op][0]
             samples[op].append(Sample({k: float(shape[k]) for k in keys}, ms))
             progress(f"{op} {shape}: {ms:.4f} ms")
