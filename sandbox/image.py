@@ -28,6 +28,9 @@ DISTRIBUTION = "crucible"
 REPOSITORY = "crucible-sandbox"
 LABEL = "org.crucible.sandbox"
 """Set on the images and on every container of the Docker backend."""
+IMAGE_EXTRAS = ("torch",)
+"""Extras the image carries when they are installed where it is built: engine jobs (crucible validate) run
+real kernels with torch in the sandbox like any other job; without the extra here, the image has none."""
 IMAGE_PACKAGES = ("sandbox", "targets", "verifiers")
 """What the worker imports inside the container: the files whose content names the image."""
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
@@ -63,8 +66,14 @@ def image_name() -> str:
 
 
 def runtime_requirements() -> tuple[str, ...]:
-    """The project's declared run-time requirements (no extras)."""
-    return tuple(r for r in importlib.metadata.requires(DISTRIBUTION) or () if not _for_extra(r))
+    """The project's run-time requirements, and those of each IMAGE_EXTRAS extra installed here."""
+    declared = importlib.metadata.requires(DISTRIBUTION) or ()
+    wanted = [r for r in declared if not _for_extra(r)]
+    for extra in IMAGE_EXTRAS:
+        theirs = [r.split(";")[0].strip() for r in declared if _extra_of(r) == extra]
+        if theirs and all(_installed(_name(r)) for r in theirs):
+            wanted += theirs
+    return tuple(wanted)
 
 
 def pinned_dependencies() -> tuple[str, ...]:
@@ -261,4 +270,17 @@ def _name(requirement: str) -> str:
 
 
 def _for_extra(requirement: str) -> bool:
-    return re.search(r";.*\bextra\s*==", requirement) is not None
+    return _extra_of(requirement) is not None
+
+
+def _extra_of(requirement: str) -> str | None:
+    match = re.search(r";.*\bextra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+    return match.group(1) if match else None
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

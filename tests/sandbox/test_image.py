@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import sandbox.image
-from sandbox.image import IMAGE_PACKAGES, PROJECT_ROOT, image_name, pinned_dependencies
+from sandbox.image import IMAGE_PACKAGES, PROJECT_ROOT, image_name, pinned_dependencies, runtime_requirements
 
 
 @pytest.fixture
@@ -48,8 +49,13 @@ def test_name_ignores_what_never_runs_in_the_container(checkout: Path) -> None:
     assert image_name() == before
 
 
-def test_dependencies_are_pinned_to_what_runs_here_and_exclude_the_extras() -> None:
+def test_dependencies_are_pinned_to_what_runs_here_and_carry_only_the_torch_extra() -> None:
     pins = dict(pin.split("==") for pin in pinned_dependencies())
     for name in ("numpy", "numba", "llvmlite", "optuna"):
         assert pins[name] == importlib.metadata.version(name)
-    assert "pytest" not in pins
+    assert "pytest" not in pins  # the test extra stays out
+    if importlib.util.find_spec("torch") is not None:  # the engine's jobs need it in the container too
+        assert pins["torch"] == importlib.metadata.version("torch")
+        assert "torch==2.13.0" in runtime_requirements()
+    else:
+        assert "torch" not in pins
