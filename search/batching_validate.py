@@ -17,15 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 import targets
-from sandbox.choice import choose_sandbox
 from targets.base import Instance, WorkloadError
 from targets.batching.target import DEFAULTS, load_workload
 from targets.kernels.costmodel import DEFAULT_PROFILE
 
 from .errors import UserError
-from .validation import candidate_jobs, kendall_tau, require_torch
-
-_err = Console(stderr=True)
+from .validation import kendall_tau, require_torch, run_candidates
 
 RANKED_BY = "ttft_mean_ms"
 """Mean TTFT: every request counts, and unlike a share meeting SLOs it does not saturate on a short slice."""
@@ -88,17 +85,7 @@ def validate_batching(
     a time so the engine's timings have the cores; print both rankings and the errors; return the report."""
     require_torch("crucible validate")
     target = targets.load("batching")
-    jobs = candidate_jobs(target, candidates, instance)
-    box, reason = choose_sandbox(sandbox)
-    _err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
-    rows: dict[str, dict[str, float]] = {}
-    with _err.status("serving") as status:
-        for name, job in jobs.items():
-            status.update(f"{name}: simulator and engine on {instance.label}")
-            result = box.run(job)
-            if result.status != "ok":
-                raise UserError(f"{name}: {result.status}: {result.message}")
-            rows[name] = result.instances[0].metrics
+    rows = run_candidates(target, candidates, instance, sandbox)
     report = validation_report(rows)
     if as_json:
         print(json.dumps({"instance": instance.to_json(), **report}, indent=2, sort_keys=True))

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 import targets
-from sandbox.choice import BACKENDS, choose_sandbox
+from sandbox.choice import BACKENDS
 from targets.base import Instance
 from targets.kernels.costmodel import DEFAULT_PROFILE, Profile, ProfileError
 from targets.kernels.models import MODELS, TINY
@@ -20,7 +20,7 @@ from targets.kv.target import load_workload
 
 from .batching_validate import batching_instance, validate_batching
 from .errors import UserError
-from .validation import candidate_jobs, kendall_tau, require_torch
+from .validation import kendall_tau, require_torch, run_candidates
 
 _err = Console(stderr=True)
 
@@ -153,17 +153,7 @@ def _validate_kv(args: argparse.Namespace, requests: str, capacity: int) -> None
         )
     cost_model(args.profile)  # a profile that cannot price prefill fails here, not in every job
     instance = Instance(workload, config, f"{Path(workload).name}[{start}:{stop}]@{capacity}")
-    jobs = candidate_jobs(target, args.candidates, instance)
-    sandbox, reason = choose_sandbox(args.sandbox)
-    _err.print(f"sandbox: {sandbox.name} ({reason})", markup=False, highlight=False)
-    rows: dict[str, dict[str, float]] = {}
-    with _err.status("replaying") as status:
-        for name, job in jobs.items():  # one at a time: the engine's timings need the cores to themselves
-            status.update(f"{name}: simulator and engine on {instance.label}")
-            result = sandbox.run(job)
-            if result.status != "ok":
-                raise UserError(f"{name}: {result.status}: {result.message}")
-            rows[name] = result.instances[0].metrics
+    rows = run_candidates(target, args.candidates, instance, args.sandbox)
     report = validation_report(rows)
     if args.json:
         print(json.dumps({"instance": instance.to_json(), **report}, indent=2, sort_keys=True))

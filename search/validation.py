@@ -6,6 +6,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Limits
 from targets.base import Instance
 
@@ -56,3 +59,23 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
                 ) from None
             jobs[path.stem] = Job(target.name, source, (instance,), limits=ENGINE_LIMITS)
     return jobs
+
+
+def run_candidates(
+    target: Any, names: list[str], instance: Instance, sandbox: str
+) -> dict[str, dict[str, float]]:
+    """Each candidate's metrics on the instance (simulator and engine), one job at a time in the sandbox:
+    the engine's timings need the cores to themselves. A job that does not end ok is a one-line error."""
+    jobs = candidate_jobs(target, names, instance)
+    box, reason = choose_sandbox(sandbox)
+    err = Console(stderr=True)
+    err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
+    rows: dict[str, dict[str, float]] = {}
+    with err.status("running") as status:
+        for name, job in jobs.items():
+            status.update(f"{name}: simulator and engine on {instance.label}")
+            result = box.run(job)
+            if result.status != "ok":
+                raise UserError(f"{name}: {result.status}: {result.message}")
+            rows[name] = result.instances[0].metrics
+    return rows

@@ -12,6 +12,7 @@ import numpy as np
 
 from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
 from targets.kernels.costmodel import DEFAULT_PROFILE
+from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
@@ -204,16 +205,7 @@ def _shaped(requests: Requests, window: tuple[int, int] | None, scale: tuple[flo
 
 def load_workload(workload: str) -> Requests:
     """A workload is an Azure LLM inference trace (CSV) path."""
-    path = Path(workload)
-    if not path.is_file():
-        raise WorkloadError(f"{workload}: no such trace file")
-    stat = path.stat()
-    return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _loaded(path: str, mtime_ns: int, size: int) -> Requests:
-    return load_azure(path)
+    return parsed(workload, load_azure)
 
 
 @functools.lru_cache(maxsize=16)

@@ -13,6 +13,7 @@ import numpy as np
 
 from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
 from targets.kernels.costmodel import DEFAULT_PROFILE
+from targets.trace_files import parsed
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
@@ -209,16 +210,7 @@ def load_workload(workload: str) -> Trace:
                 f"generated workloads are gen:<kind>:<seed> with kind one of {kinds}; got {workload!r}"
             )
         return _generated(parts[1], int(parts[2]))
-    path = Path(workload)
-    if not path.is_file():
-        raise WorkloadError(f"{workload}: no such trace file")
-    stat = path.stat()
-    return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _loaded(path: str, mtime_ns: int, size: int) -> Trace:
-    return load_mooncake(path)
+    return parsed(workload, load_mooncake)
 
 
 @functools.lru_cache(maxsize=4)
