@@ -59,7 +59,7 @@ FRAME_HEADER = 8
 """Docker multiplexes stdout and stderr on one connection: [stream, 0, 0, 0, size (4 bytes, big-endian)]."""
 STDOUT, STDERR = 1, 2
 MAX_SPARES = 4
-"""Warm containers kept at most for one kind of job: about as many as jobs run side by side."""
+"""Warm containers kept at most for one kind of job, however many jobs run side by side."""
 
 
 def connect() -> docker.DockerClient:
@@ -91,10 +91,11 @@ class _Started:
 class DockerSandbox:
     """One fresh container per job, never pulled: a missing image is an error that says how to build it.
 
-    With `prewarm`, each finished job has the container for a next job like it (same workload files, same
-    limits) started in the background: its worker imports, loads the kernels and reads the traces by
-    running a baseline on the same instances, then waits in silence for its job on stdin. Each container
-    still runs one candidate and is removed; its start is moved off the next job's path, not saved.
+    With `prewarm`, once no job runs, containers for next jobs like the finished ones (same workload
+    files, same limits; as many as ran side by side) are started in the background: each worker imports,
+    loads the kernels and reads the traces by running a baseline on the same instances, then waits in
+    silence for its job on stdin. Each container still runs one candidate and is removed; its start is
+    moved off the next job's path, not saved.
     """
 
     image: str = field(default_factory=image_name)
@@ -116,7 +117,7 @@ class DockerSandbox:
         weakref.finalize(self, self._containers.close)
 
     def close(self) -> None:
-        """Remove the spares and wait for every removal; the sandbox runs no job after this."""
+        """Remove the spares and finished jobs' containers, and wait; the sandbox runs no job after this."""
         self._containers.close()
 
     def run(self, job: Job) -> Result:
@@ -141,7 +142,7 @@ class DockerSandbox:
         limits = job.limits
         inside = (limits.memory_mb, limits.cpu_s, limits.processes, limits.file_size_mb)  # the wall is ours
         key = (tuple((m["Target"], m["Source"]) for m in mounts), inside)
-        started = containers.take(key, deadline) or containers.start(key, mounts, job.limits)
+        started = containers.acquire(key, mounts, job.limits, deadline)
         try:
             try:
                 watch = _watch(started.conn, json.dumps(sent.to_json()).encode(), deadline, job.limits)
@@ -157,9 +158,7 @@ class DockerSandbox:
                 oom = bool(api.inspect_container(started.id)["State"]["OOMKilled"])
                 result = _classify(watch, code, oom, job.limits)
         finally:
-            containers.later(containers.remove, started.id)
-            if self.prewarm:  # once this job is done, not to compete with it for the CPU
-                containers.request_spare(key, sent, mounts)
+            containers.finished(started, (sent, mounts) if self.prewarm else None)
         return result
 
 
@@ -173,10 +172,53 @@ class _Containers:
     spares: list[_Started] = field(default_factory=list)
     starting: dict[tuple[Any, ...], int] = field(default_factory=dict)
     """Spares being started, by key: a job waits for one of those rather than start a container too."""
+    running: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    """Jobs in their containers now, by key."""
+    ended: list[str] = field(default_factory=list)
+    """Containers of finished jobs, removed once no job runs."""
+    next_jobs: dict[tuple[Any, ...], tuple[Job, list[Mount]]] = field(default_factory=dict)
+    """A finished job of each key, to warm spares for once no job runs."""
+    peak: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    """The most jobs of a key run side by side so far: how many spares to keep for it."""
     changed: threading.Condition = field(default_factory=threading.Condition)
     background: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="crucible-docker")
+        default_factory=lambda: ThreadPoolExecutor(
+            max_workers=MAX_SPARES, thread_name_prefix="crucible-docker"
+        )
     )
+
+    def acquire(self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, deadline: float) -> _Started:
+        """A container for a job: a waiting spare, or one started now; counted as running until finished."""
+        with self.changed:
+            self.running[key] = self.running.get(key, 0) + 1
+            self.peak[key] = max(self.peak.get(key, 0), self.running[key])
+        try:
+            return self.take(key, deadline) or self.start(key, mounts, limits)
+        except BaseException:
+            with self.changed:
+                self.running[key] -= 1
+            raise
+
+    def finished(self, started: _Started, spare_for: tuple[Job, list[Mount]] | None) -> None:
+        """The job is over. Once no job runs, spares for jobs like it start and its container goes.
+
+        Not before: the engine's work to start and remove containers takes CPU that running jobs miss
+        (a search's batch waits for its slowest job), and the search's own work between batches leaves
+        room for it.
+        """
+        with self.changed:
+            self.running[started.key] -= 1
+            self.ended.append(started.id)
+            if spare_for:
+                self.next_jobs[started.key] = spare_for
+            if any(self.running.values()):
+                return
+            ended, self.ended = self.ended, []
+            next_jobs, self.next_jobs = self.next_jobs, {}
+        for key, (sent, mounts) in next_jobs.items():
+            self.request_spare(key, sent, mounts)
+        for container in ended:
+            self.later(self.remove, container)
 
     def start(
         self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, warm: Job | None = None
@@ -206,9 +248,11 @@ class _Containers:
         return _Started(container, key, attached)
 
     def request_spare(self, key: tuple[Any, ...], sent: Job, mounts: list[Mount]) -> None:
-        """Have a container for a next job like `sent` started in the background, unless enough are.
+        """Have containers for next jobs like `sent` started in the background, as many as are missing.
 
-        Its warm-up is the target's first baseline on the job's first instance (which reads every trace).
+        Enough is one per job of this key that ran side by side at the peak (the search's `workers`), so
+        a batch of jobs finds as many warm containers. A spare warms up by running the target's first
+        baseline on the job's first instance (which reads every trace).
         """
         try:
             baseline = next(iter(targets.load(sent.target).baselines().values()), None)
@@ -216,10 +260,11 @@ class _Containers:
             return  # a job for no known target: the worker has said so; nothing to warm for
         warm = Job(sent.target, baseline, sent.instances[:1], limits=sent.limits) if baseline else None
         with self.changed:
-            if sum(spare.key == key for spare in self.spares) + self.starting.get(key, 0) >= MAX_SPARES:
-                return
-            self.starting[key] = self.starting.get(key, 0) + 1
-        self.later(self._start_spare, key, mounts, sent.limits, warm)
+            wanted = min(self.peak.get(key, 1), MAX_SPARES)
+            missing = wanted - sum(spare.key == key for spare in self.spares) - self.starting.get(key, 0)
+            self.starting[key] = self.starting.get(key, 0) + max(missing, 0)
+        for _ in range(missing):
+            self.later(self._start_spare, key, mounts, sent.limits, warm)
 
     def _start_spare(
         self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, warm: Job | None
@@ -272,11 +317,14 @@ class _Containers:
     def close(self) -> None:
         self.background.shutdown(wait=True)  # pending removals, and spares still being started
         with self.changed:
-            left = list(self.spares)
+            left, ended = list(self.spares), list(self.ended)
             self.spares.clear()
+            self.ended.clear()
         for spare in left:
             _hang_up(spare)
             self.remove(spare.id)
+        for container in ended:
+            self.remove(container)
 
 
 def reap(client: docker.DockerClient) -> int:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -119,6 +120,25 @@ def test_a_warm_container_has_run_no_candidate_before(docker_box: DockerSandbox)
             result = box.run(Job("kv", mark + "raise SystemError('fresh')\n", SMALL, skip_check=True))
             assert result.message == "SystemError: fresh"
             time.sleep(3)  # time for the next container to start and warm up
+    finally:
+        box.close()
+
+
+def test_jobs_run_side_by_side_leave_as_many_warm_containers(docker_box: DockerSandbox) -> None:
+    box = DockerSandbox(image=docker_box.image, client=docker_box.client)
+    mine = {"label": f"{OWNER_LABEL}={box.owner}"}
+    job = Job("kv", KV.baselines()["lru"], SMALL)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            assert [r.status for r in pool.map(box.run, [job, job])] == ["ok", "ok"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the jobs' containers go, two spares come
+            containers = box.client.containers.list(all=True, filters=mine)
+            if len(containers) == 2 and all(c.status == "running" for c in containers):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"containers left: {[(c.short_id, c.status) for c in containers]}")
     finally:
         box.close()
 
