@@ -42,7 +42,8 @@ class RunConfig:
     target_config: dict[str, Any]
     budget: int = 300
     seed: int = 0
-    trials: int = 8
+    trials: int = 32
+    """Optuna trials per candidate: TPE engages after 10; the mean tuned score levels off by 32 (README)."""
     workers: int = 2
     islands: int = 4
     proposer: str = "evolve"
