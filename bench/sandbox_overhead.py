@@ -1,95 +1,212 @@
 """Overhead per candidate job of each sandbox backend, as a ratio to the same evaluation run in-process.
 
-Run from the repository root: `python bench/sandbox_overhead.py [--jobs N] [--trials N] [--gap S]`.
-The job is a typical one on the shipped kv workload (`KVTarget().default_config()`): tune a candidate's
-PARAMS for 8 trials on the train instance, then score the eval instance. Every job is a new candidate (one
-constant differs), so each pays its own compile everywhere, as in a search. In-process means
-`sandbox.worker.run` in this process, already warm: imports done, kernels loaded, the trace parsed.
-Two cadences, the median wall time of each: jobs back to back (the cost of a container's start is paid in
-full), and jobs `--gap` seconds apart, as when a proposer (an LLM call) takes that long per candidate (the
-Docker backend's warm container is ready by then, so what is left is the cost on the job's own path).
+Run from the repository root: `python bench/sandbox_overhead.py [--budget N] [--jobs N] [--gap S]`.
+The typical job is the search's own: a `crucible search` with its defaults (the shipped kv workload and
+capacity, `RunConfig`'s trials, workers and seed, the evolve proposer) is run in-process and every candidate
+job it hands its sandbox is recorded as the loop built it (tuning, cascade gate, limits). In-process means
+`sandbox.worker.run` in one long-lived, warm Python process per worker (imports done, kernels loaded, the
+trace parsed): the evaluation alone, without isolation.
+
+Printed, one run: the same search on each backend (seconds per candidate, everything a search does
+included), then the recorded jobs replayed on each backend in three cadences (the median seconds per job of
+each batch): one at a time back to back; `workers` side by side back to back (the loop's batches, with no
+proposer's pause); and `workers` side by side `--gap` seconds apart (a proposer, such as an LLM, that takes
+that long per batch), the backends taking turns batch by batch so that other work on the machine hits all
+alike. The load average before and after says how much other work there was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+import targets
 from sandbox.base import Sandbox, SandboxUnavailable
 from sandbox.docker import DockerSandbox
-from sandbox.job import Job, Result, Tuning
+from sandbox.job import Job, Result
 from sandbox.process import ProcessSandbox
 from sandbox.worker import run
-from targets.kv.target import KVTarget
+from search.loop import Reporter, RunConfig, Search
+from search.proposers.evolve import EvolveProposer
+from search.store import Store, open_engine
 
-CANDIDATE = '''"""Frequency against age, with a small depth term that differs in every job."""
-PARAMS = {{"w": (0.0, 8.0), "tau": (1.0, 3600.0, "log")}}
+TARGET = "kv"
 
 
-def priority(b, p):
-    return p.w * log1p(b.accesses) - b.age / p.tau + {depth} * b.depth
-'''
+@dataclass
+class InProcess:
+    """Jobs run by `sandbox.worker.run` in warm long-lived processes, one per worker."""
+
+    workers: int
+    warm: Job
+    name: str = "in-process"
+
+    def __post_init__(self) -> None:
+        self.pool = ProcessPoolExecutor(self.workers, initializer=run, initargs=(self.warm,))
+        list(self.pool.map(time.sleep, [0.5] * self.workers))  # every process started and warm
+
+    def run(self, job: Job) -> Result:
+        return replace(self.pool.submit(run, job).result(), backend=self.name)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+@dataclass
+class Recorder:
+    """A sandbox that keeps every job it is handed, as the search built it."""
+
+    box: Sandbox
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.box.name
+
+    def run(self, job: Job) -> Result:
+        self.jobs.append(job)
+        return self.box.run(job)
+
+
+@dataclass
+class Clock(Reporter):
+    """When the candidates (not the baselines) of a search started and when each ended."""
+
+    start: float = 0.0
+    ends: list[float] = field(default_factory=list)
+
+    def started(self, run_id: str, done: int, budget: int) -> None:
+        self.start = time.perf_counter()
+
+    def candidate(self, done: int, budget: int, best: float | None, status: str) -> None:
+        self.ends.append(time.perf_counter())
 
 
 def main() -> None:
     args = _arguments()
-    target = KVTarget()
-    config = target.default_config()
-    workload = config.pop("workload")
-    instances = tuple(target.instances(workload, config))
-    serial = iter(range(1_000_000))
-
-    def job() -> Job:
-        return Job(
-            "kv", CANDIDATE.format(depth=1e-6 * next(serial)), instances, tuning=Tuning(trials=args.trials)
-        )
-
-    backends: dict[str, Callable[[Job], Result]] = {"in-process": run}
+    start_load = os.getloadavg()  # other work on a shared machine moves every figure; say how much there was
+    target = targets.load(TARGET)
+    target_config = target.default_config()
+    workload = target_config.pop("workload")
+    config = RunConfig(TARGET, workload, target_config, budget=args.budget)
+    instances = tuple(target.instances(workload, target_config))
+    warm = Job(TARGET, next(iter(target.baselines().values())), instances)
+    local = InProcess(config.workers, warm)
+    backends: dict[str, Sandbox] = {"in-process": local}
     for name, make in (("process", ProcessSandbox), ("docker", DockerSandbox)):
         try:
-            box: Sandbox = make()
+            backends[name] = make()
         except SandboxUnavailable as exc:
             print(f"{name}: unavailable ({exc})")
-            continue
-        backends[name] = box.run
+    recorder = Recorder(local)
+    searches = {name: _search(config, recorder if box is local else box) for name, box in backends.items()}
+    jobs = [job for job in recorder.jobs if job.tuning][: args.jobs]
+    assert jobs and jobs[0].tuning is not None
+    trials = jobs[0].tuning.trials
+    print(f"load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in start_load)}")
     print(
-        f"workload {workload} at capacity {config['capacity']}; {args.trials} trials on "
-        f"{instances[0].label}, then {instances[1].label}; median of {args.jobs} jobs, one at a time\n"
+        f"typical job: a candidate of `crucible search` with its defaults on {Path(workload).name} at "
+        f"capacity {target_config['capacity']}: {trials} Optuna trials on {instances[0].label}, then "
+        f"{instances[1].label} unless the cascade gates it; {config.workers} workers, evolve proposer, "
+        f"seed {config.seed}\n"
     )
-    cadences = {"back to back": 0.0, f"{args.gap:g} s apart": args.gap}
-    medians: dict[tuple[str, str], float] = {}
-    for name, execute in backends.items():
-        execute(job())  # warm up: imports and kernels in-process, the page cache and the engine elsewhere
-        for cadence, gap in cadences.items():
-            medians[name, cadence] = statistics.median(_timed(execute, job(), gap) for _ in range(args.jobs))
-    print(f"{'':<11}" + "".join(f"{cadence:>31}" for cadence in cadences))
-    print(f"{'backend':<11}" + f"{'s/job':>9} {'ratio':>8} {'overhead':>12}" * len(cadences))
-    for name in backends:
-        row = f"{name:<11}"
-        for cadence in cadences:
-            seconds, base = medians[name, cadence], medians["in-process", cadence]
-            overhead = "-" if name == "in-process" else f"{(seconds - base) / base:+.0%}"
-            row += f"{seconds:>9.3f} {seconds / base:>7.2f}x {overhead:>12}"
-        print(row)
+    _table(
+        f"the whole search, {config.budget} candidates (s/candidate)",
+        {name: {"search": seconds} for name, seconds in searches.items()},
+    )
+    cadences = {
+        "1 at a time, back to back": (1, 0.0),
+        f"{config.workers} side by side, back to back": (config.workers, 0.0),
+        f"{config.workers} side by side, {args.gap:g} s apart": (config.workers, args.gap),
+    }
+    figures: dict[str, dict[str, float]] = {name: {} for name in backends}
+    for cadence, (side_by_side, gap) in cadences.items():
+        for name, seconds in _replay(backends, jobs, side_by_side, gap).items():
+            figures[name][cadence] = seconds
+    print()
+    _table(f"the search's first {len(jobs)} candidate jobs replayed (median s/job of each batch)", figures)
+    print(f"\nload average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for box in backends.values():
+        close = getattr(box, "close", None)
+        if close:
+            close()
 
 
-def _timed(execute: Callable[[Job], Result], job: Job, gap: float) -> float:
+def _search(config: RunConfig, box: Sandbox) -> float:
+    """Seconds per candidate of a fresh search (the baselines it evaluates first are not counted)."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(open_engine(f"sqlite:///{os.path.join(folder, 'bench.db')}"))
+        run_row = store.create_run(config.target, config.to_json())
+        clock = Clock()
+        Search(store, run_row, box, EvolveProposer(), clock).execute()
+    return (clock.ends[-1] - clock.start) / len(clock.ends)
+
+
+def _replay(
+    backends: dict[str, Sandbox], jobs: Sequence[Job], side_by_side: int, gap: float
+) -> dict[str, float]:
+    """Median seconds per job of each batch of `side_by_side` jobs on each backend.
+
+    With a gap the backends take turns batch by batch, so the load of a shared machine hits all alike;
+    back to back each runs all its batches in a row, since a turn of the others would warm its spares.
+    """
+    batches = [jobs[first : first + side_by_side] for first in range(0, len(jobs), side_by_side)]
+    per_job: dict[str, list[float]] = {name: [] for name in backends}
+    with ThreadPoolExecutor(side_by_side) as pool:
+        if gap:
+            for box in backends.values():
+                box.run(jobs[0])  # the page cache, and for Docker the spares of this cadence
+            for batch in batches:
+                for name, box in backends.items():
+                    per_job[name].append(_batch(pool, box.run, batch, gap))
+        else:
+            for name, box in backends.items():
+                box.run(jobs[0])
+                per_job[name] = [_batch(pool, box.run, batch, gap) for batch in batches]
+    return {name: statistics.median(seconds) for name, seconds in per_job.items()}
+
+
+def _batch(
+    pool: ThreadPoolExecutor, execute: Callable[[Job], Result], batch: Sequence[Job], gap: float
+) -> float:
+    """Seconds per job of one batch run side by side after a pause of `gap` seconds."""
     time.sleep(gap)
     start = time.perf_counter()
-    result = execute(job)
-    seconds = time.perf_counter() - start
-    if result.status != "ok":
-        raise SystemExit(f"a benchmark job ended {result.status}: {result.message}")
+    results = list(pool.map(execute, batch))
+    seconds = (time.perf_counter() - start) / len(batch)
+    failed = [r for r in results if r.status != "ok"]
+    if failed:
+        raise SystemExit(f"a benchmark job ended {failed[0].status}: {failed[0].message}")
     return seconds
+
+
+def _table(title: str, figures: dict[str, dict[str, float]]) -> None:
+    columns = list(next(iter(figures.values())))
+    print(title)
+    print(f"{'':<11}" + "".join(f"{column:>32}" for column in columns))
+    print(f"{'backend':<11}" + f"{'s':>10} {'ratio':>9} {'overhead':>11}" * len(columns))
+    base = figures["in-process"]
+    for name, row in figures.items():
+        line = f"{name:<11}"
+        for column in columns:
+            seconds = row[column]
+            overhead = "-" if name == "in-process" else f"{(seconds - base[column]) / base[column]:+.0%}"
+            line += f"{seconds:>10.3f} {seconds / base[column]:>8.2f}x {overhead:>11}"
+        print(line)
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=7, help="timed jobs per backend (the median is kept)")
-    parser.add_argument("--trials", type=int, default=8, help="Optuna trials per job")
-    parser.add_argument("--gap", type=float, default=3.0, help="seconds between jobs in the second cadence")
+    parser.add_argument("--budget", type=int, default=40, help="candidates of each search")
+    parser.add_argument("--jobs", type=int, default=12, help="candidate jobs replayed per cadence")
+    parser.add_argument("--gap", type=float, default=3.0, help="pause before each batch, last cadence")
     return parser.parse_args()
 
 
