@@ -4,7 +4,7 @@ Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF and the oracle SRPT through
 sandbox, each served twice on the same scaled-down slice (priced by the cost model, and run on real kernels
 in the engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT.
 
-    python bench/batching_validate.py [--requests 0:200] [--capacity 512] [--load 25] [--token-divisor 8]
+    python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
 
 Takes about a minute on 2 cores.
 """
@@ -24,14 +24,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--requests", default="0:200")
-    parser.add_argument("--capacity", type=int, default=512)
+    parser.add_argument("--capacity", type=int, default=128)
+    parser.add_argument("--block-tokens", type=int, default=8)
     parser.add_argument("--load", type=float, default=25.0)
     parser.add_argument("--token-divisor", type=int, default=8)
     parser.add_argument("--max-output", type=int, default=32)
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
     instance = batching_instance(
-        args.trace, args.requests, args.capacity, args.load, args.token_divisor, args.max_output
+        args.trace,
+        args.requests,
+        args.capacity,
+        args.block_tokens,
+        args.load,
+        args.token_divisor,
+        args.max_output,
     )
     validate_batching(["fcfs", "sarathi", "spf", "edf", "srpt"], instance, args.sandbox)
 

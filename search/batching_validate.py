@@ -3,8 +3,9 @@
 Every policy runs in the sandbox, as in a search: the job's instance carries an "engine" setting, so the
 target serves the slice twice with the same scheduler, once priced by the cost model and once run on real
 kernels, and returns both sets of metrics. The slice is scaled down to fit the engine on 2 cores: token
-counts (and the block size and token budget with them) divided by `token_divisor`, outputs capped at
-`max_output`, arrivals made `load` times as dense. Policies are ranked by mean TTFT (lower is better).
+counts and the token budget divided by `token_divisor` (KV blocks are `block_tokens` after the division,
+the size the profile's attention was measured at), outputs capped at `max_output`, arrivals made `load`
+times as dense. Policies are ranked by mean TTFT (lower is better).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ COMPARED = ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "throughput_tok_s", "
 def batching_instance(
     workload: str | None = None,
     requests: str = "0:200",
-    capacity: int = 512,
+    capacity: int = 128,
+    block_tokens: int = 8,
     load: float = 25.0,
     token_divisor: int = 8,
     max_output: int = 32,
@@ -52,14 +54,17 @@ def batching_instance(
         n = load_workload(workload).n
     except WorkloadError as exc:
         raise UserError(str(exc)) from None
-    if not 0 <= start < stop <= n or min(capacity, token_divisor) < 1 or max_output < 0 or load <= 0:
+    if not 0 <= start < stop <= n or min(capacity, block_tokens, token_divisor) < 1 or max_output < 0:
         raise UserError(
-            f"need 0 <= START < STOP <= {n} requests, a capacity and token divisor of at least 1, "
-            "a positive load and a non-negative output cap"
+            f"need 0 <= START < STOP <= {n} requests, a capacity, block size and token divisor of at least "
+            "1, a positive load and a non-negative output cap"
         )
+    if load <= 0:
+        raise UserError(f"--load must be positive, got {load:g}")
     config: dict[str, Any] = {
-        **{k: v for k, v in DEFAULTS.items() if k in ("block_tokens", "token_budget", "max_seqs")},
+        **{k: v for k, v in DEFAULTS.items() if k in ("token_budget", "max_seqs")},
         "capacity": capacity,
+        "block_tokens": block_tokens * token_divisor,  # divided with the trace's tokens, as in the profile
         "load": load,
         "token_divisor": token_divisor,
         "max_output": max_output,

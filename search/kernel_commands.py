@@ -49,12 +49,12 @@ def add_parsers(sub: Any) -> None:
     )
     v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
     v.add_argument("--requests", help="slice of the trace, START:STOP (default: kv 0:200, batching 0:200)")
-    v.add_argument("--capacity", type=int, help="KV capacity in blocks (default: kv 300, batching 512)")
+    v.add_argument("--capacity", type=int, help="KV capacity in blocks (default: kv 300, batching 128)")
     v.add_argument("--profile", default=DEFAULT_PROFILE, help="profile the simulator prices kernels with")
     v.add_argument("--seed", type=int, default=0, help="seed of the engine's random weights")
     v.add_argument("--sandbox", default="auto", choices=BACKENDS)
+    v.add_argument("--block-tokens", type=int, default=8, help="tokens per block in the scaled-down replay")
     kv = v.add_argument_group("kv")
-    kv.add_argument("--block-tokens", type=int, default=8, help="tokens per block in the scaled-down replay")
     kv.add_argument("--repeats", type=int, default=3, help="timed runs of each prefill (the median is kept)")
     batching = v.add_argument_group("batching")
     batching.add_argument("--load", type=float, default=25.0, help="arrivals made this many times as dense")
@@ -117,7 +117,8 @@ def validate(args: argparse.Namespace) -> None:
         instance = batching_instance(
             workload=args.workload,
             requests=args.requests or "0:200",
-            capacity=args.capacity or 512,
+            capacity=args.capacity or 128,
+            block_tokens=args.block_tokens,
             load=args.load,
             token_divisor=args.token_divisor,
             max_output=args.max_output,

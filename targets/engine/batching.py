@@ -77,7 +77,7 @@ def forward(
     """One pass over rows (sequence, block table, start, tokens): positions start..start+tokens-1 of each
     sequence are computed over its cached first `start` tokens and written to the pool; returns the logits
     after each row's last token. Rows of one token run as a batched decode."""
-    s, bs = model.shape, pool.block_tokens
+    s = model.shape
     spans, pos, decodes = [], 0, []
     for i, (_, _, _, n) in enumerate(rows):
         spans.append((pos, pos + n))
@@ -86,9 +86,6 @@ def forward(
         pos += n
     ids = torch.tensor([t for seq, _, start, n in rows for t in seq[start : start + n]])
     tables = [torch.tensor(table) for _, table, _, _ in rows]
-    # a decode's key and value go to its position; ops.attn_prefill writes a chunk's own
-    slots = torch.tensor([rows[i][1][rows[i][2] // bs] for i in decodes], dtype=torch.long)
-    offsets = torch.tensor([rows[i][2] % bs for i in decodes], dtype=torch.long)
     last = torch.tensor([hi - 1 for _, hi in spans])
     dec = torch.tensor([spans[i][0] for i in decodes], dtype=torch.long)
     x = model.embed[ids]
@@ -113,8 +110,6 @@ def forward(
                 [tables[i] for i in decodes],
                 [rows[i][2] for i in decodes],
             )
-            k_pool[slots, :, offsets] = k[dec]  # after attention read the cached context
-            v_pool[slots, :, offsets] = v[dec]
         delta = ops.gemm(o.reshape(pos, -1), layer.out)
         a, x = ops.norm(x, delta, layer.mlp_norm)
         delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)

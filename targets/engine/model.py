@@ -91,7 +91,7 @@ class Transformer:
 
         Its key and value are written at that position, so the table must already hold that block.
         """
-        s, bs = self.shape, pool.block_tokens
+        s = self.shape
         b = int(tokens.shape[0])
         x = self.embed[tokens]
         delta = torch.zeros_like(x)
@@ -99,10 +99,6 @@ class Transformer:
             a, x = ops.norm(x, delta, layer.attn_norm)
             q, k, v = ops.gemm(a, layer.qkv).view(b, 3, s.heads, s.head_dim).unbind(1)
             o = ops.attn_decode(q, k, v, pool.data[li, 0], pool.data[li, 1], tables, ctxs)
-            for i, (table, ctx) in enumerate(zip(tables, ctxs, strict=True)):
-                slot = int(table[ctx // bs])
-                pool.data[li, 0, slot, :, ctx % bs] = k[i]
-                pool.data[li, 1, slot, :, ctx % bs] = v[i]
             delta = ops.gemm(o.reshape(b, -1), layer.out)
             a, x = ops.norm(x, delta, layer.mlp_norm)
             delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)

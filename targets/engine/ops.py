@@ -81,10 +81,18 @@ def attn_decode(
     tables: list[torch.Tensor],
     ctxs: list[int],
 ) -> torch.Tensor:
-    """q, k, v (batch, heads, head_dim): each sequence's new token over its cached context and itself."""
+    """q, k, v (batch, heads, head_dim): each sequence's new token at position ctx over all ctx + 1.
+
+    As in prefill, the new keys and values are written into their blocks first and read back through the
+    tables with the cached ones, so the operator the profiler times is the whole of a decode's attention.
+    """
+    block = k_pool.shape[2]
+    slots = torch.stack([table[ctx // block] for table, ctx in zip(tables, ctxs, strict=True)])
+    offsets = torch.tensor([ctx % block for ctx in ctxs], device=q.device)
+    k_pool[slots, :, offsets] = k
+    v_pool[slots, :, offsets] = v
     out = torch.empty_like(q)
     for i, (table, ctx) in enumerate(zip(tables, ctxs, strict=True)):
-        keys = torch.cat((gather(k_pool, table, ctx), k[i].unsqueeze(1)), dim=1)
-        values = torch.cat((gather(v_pool, table, ctx), v[i].unsqueeze(1)), dim=1)
+        keys, values = gather(k_pool, table, ctx + 1), gather(v_pool, table, ctx + 1)
         out[i] = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys, values).squeeze(1)
     return out

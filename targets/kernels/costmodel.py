@@ -30,7 +30,9 @@ Terms = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
 
 def _gemm(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     m, k, n = s["m"], s["k"], s["n"]
-    return [np.ones_like(m), m * k + m * n + k * n, m * k * n]
+    # One row is a matrix-vector product; from two rows on, BLAS packs the k x n operand first.
+    packed = np.where(m > 1, k * n, 0.0)
+    return [np.ones_like(m), m * k + m * n + k * n, m * k * n, packed]
 
 
 PREFILL_TILE = 128
@@ -62,7 +64,7 @@ def _message(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
 
 
 OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
-    "gemm": (("m", "k", "n"), ("launch", "elements", "macs"), _gemm),
+    "gemm": (("m", "k", "n"), ("launch", "elements", "macs", "packed"), _gemm),
     "attn_prefill": (
         ("heads", "head_dim", "q", "ctx"),
         ("launch", "tiles", "macs", "kv_read", "kv_written"),
@@ -225,6 +227,11 @@ class Profile:
     def from_json(cls, data: Mapping[str, Any]) -> Profile:
         def refit(op: str, entry: Mapping[str, Any]) -> Fit:
             keys, terms, features = OPERATORS.get(op, _COLLECTIVE_SPEC)
+            if tuple(entry["terms"]) != terms:
+                raise ProfileError(
+                    f"{op} was fitted over the terms {', '.join(entry['terms'])}, this version's are "
+                    f"{', '.join(terms)}: measure the profile again (crucible profile)"
+                )
             samples = tuple(
                 Sample(dict(s["shape"]), float(s["ms"]), bool(s["held_out"])) for s in entry["samples"]
             )
@@ -269,6 +276,8 @@ def load_profile(name_or_path: str) -> Profile:
             ) from None
     try:
         return Profile.from_json(json.loads(text))
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ProfileError(f"{where}: not a profile file ({type(exc).__name__}: {exc})") from None
 

@@ -30,9 +30,9 @@ PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_CTX = (0, 8, 64, 256, 1024, 3072)
 ROTATION_CAP_BYTES = 256 * 2**20
 """At most this much memory for the copies of a GEMM's weights (a 7B model's footprint is far larger)."""
-PREFILL_POOL_BLOCKS = 4096
-"""Blocks in the pool prefill attention reads and writes: a cache's size, so its blocks are not all in
-the CPU's caches as a pool of just the sequence's blocks would be."""
+POOL_BLOCKS = 4096
+"""Blocks in the pool attention reads and writes: a cache's size, so its blocks are not all in the CPU's
+caches as a pool of just the sequences' blocks would be."""
 DECODE_BATCH = (1, 4, 16, 32)
 DECODE_CTX = (16, 256, 1024, 2048)
 MESSAGE_BYTES = tuple(2**e for e in range(10, 25))
@@ -118,21 +118,23 @@ def _runner(op: str, s: dict[str, float], device: str, block: int, footprint: in
         return lambda: ops.act(x)
     heads, dim = int(s["heads"]), int(s["head_dim"])
     ctx = int(s["ctx"])
-    n_blocks = -(-max(ctx, 1) // block)
     if op == "attn_prefill":
         n = int(s["q"])
         # views of one fused projection, laid out as the model's forward hands them over
         q, k, v = rand(n, 3 * heads * dim).view(n, 3, heads, dim).permute(1, 2, 0, 3)
         # a pool as large as a serving cache, the sequence's blocks scattered in it, as the engine has them
         used = -(-(ctx + n) // block)
-        pool_blocks = max(PREFILL_POOL_BLOCKS, used)
+        pool_blocks = max(POOL_BLOCKS, used)
         pool_k, pool_v = rand(pool_blocks, heads, block, dim), rand(pool_blocks, heads, block, dim)
         table = torch.randperm(pool_blocks, generator=g)[:used].to(device)
         return lambda: ops.attn_prefill(q, k, v, pool_k, pool_v, table, ctx)
     batch = int(s["batch"])
     q, k, v = rand(batch, 3 * heads * dim).view(batch, 3, heads, dim).unbind(1)
-    pool_k, pool_v = rand(batch * n_blocks, heads, block, dim), rand(batch * n_blocks, heads, block, dim)
-    tables = [torch.arange(i * n_blocks, (i + 1) * n_blocks, device=device) for i in range(batch)]
+    used = -(-(ctx + 1) // block)
+    pool_blocks = max(POOL_BLOCKS, batch * used)
+    pool_k, pool_v = rand(pool_blocks, heads, block, dim), rand(pool_blocks, heads, block, dim)
+    scattered = torch.randperm(pool_blocks, generator=g)[: batch * used].to(device)
+    tables = list(scattered.view(batch, used))
     ctxs = [ctx] * batch
     return lambda: ops.attn_decode(q, k, v, pool_k, pool_v, tables, ctxs)
 
