@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from verifiers.program import Program, Signature
@@ -142,3 +144,13 @@ class Target(Protocol):
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         """Run a built-in baseline on an instance."""
         ...
+
+
+def packaged_baselines(package: str) -> dict[str, str]:
+    """The baselines a target ships in candidate form: `<package>/baselines/<name>.py`, by name."""
+    folder = resources.files(package) / "baselines"
+    return {
+        Path(entry.name).stem: entry.read_text()
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".py")
+    }

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
+from targets.base import FeatureRegistry, Instance, Objective, WorkloadError, packaged_baselines
 from targets.kernels.costmodel import DEFAULT_PROFILE
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
@@ -108,12 +108,7 @@ class BatchingTarget:
         ]
 
     def baselines(self) -> dict[str, str]:
-        folder = resources.files("targets.batching") / "baselines"
-        return {
-            Path(entry.name).stem: entry.read_text()
-            for entry in sorted(folder.iterdir(), key=lambda e: e.name)
-            if entry.name.endswith(".py")
-        }
+        return packaged_baselines("targets.batching")
 
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES

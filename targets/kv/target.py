@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, WorkloadError
+from targets.base import FeatureRegistry, Instance, Objective, WorkloadError, packaged_baselines
 from targets.kernels.costmodel import DEFAULT_PROFILE
 from targets.trace_files import parsed
 from verifiers.compiler import to_numba
@@ -88,12 +88,7 @@ class KVTarget:
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
 
     def baselines(self) -> dict[str, str]:
-        folder = resources.files("targets.kv") / "baselines"
-        return {
-            Path(entry.name).stem: entry.read_text()
-            for entry in sorted(folder.iterdir(), key=lambda e: e.name)
-            if entry.name.endswith(".py")
-        }
+        return packaged_baselines("targets.kv")
 
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
