@@ -1,6 +1,7 @@
 """Simulator against real engine on an Azure conversation slice: rankings by mean TTFT and per-policy errors.
 
-Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF and the oracle SRPT through the batching target in the
+Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the heuristic a search found
+(bench/policies/found_batching.py) through the batching target in the
 sandbox, each served twice on the same scaled-down slice (priced by the cost model, and run on real kernels
 in the engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT.
 
@@ -18,6 +19,7 @@ from search.batching_validate import batching_instance, validate_batching
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "batching" / "azure_llm_conv_2023_train.csv"
+FOUND = ROOT / "bench" / "policies" / "found_batching.py"
 
 
 def main() -> None:
@@ -40,7 +42,7 @@ def main() -> None:
         args.token_divisor,
         args.max_output,
     )
-    validate_batching(["fcfs", "sarathi", "spf", "edf", "srpt"], instance, args.sandbox)
+    validate_batching(["fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)], instance, args.sandbox)
 
 
 if __name__ == "__main__":
