@@ -22,7 +22,7 @@ def cost_model(profile: str = DEFAULT_PROFILE) -> CostModel:
         model = CostModel.load(profile)
         model.prefill_saved_ms(2, 1)
     except ProfileError as exc:
-        raise WorkloadError(f"profile {profile}: {exc}") from None
+        raise WorkloadError(str(exc)) from None  # it names the profile already
     return model
 
 
