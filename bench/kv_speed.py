@@ -50,8 +50,10 @@ def main() -> None:
     args = _arguments()
     trace = _stream(args.trace, args.accesses)
     flat = flatten(trace)
-    print(f"stream: {trace.name}, {trace.n_accesses} block accesses, {trace.n_requests} requests, "
-          f"{trace.n_blocks} blocks; capacity {args.capacity} blocks; median of {args.repeats} runs")
+    print(
+        f"stream: {trace.name}, {trace.n_accesses} block accesses, {trace.n_requests} requests, "
+        f"{trace.n_blocks} blocks; capacity {args.capacity} blocks; median of {args.repeats} runs"
+    )
 
     their_s, their_hit = _libcachesim_lru(flat, args.capacity, args.repeats)
     rows: list[tuple[str, str, float, float]] = [("libCacheSim LRU", "flat", their_s, their_hit)]
@@ -83,7 +85,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--trace", default=default, help="Mooncake JSONL path or gen:<kind>:<seed>")
     parser.add_argument("--capacity", type=int, default=2000, help="cache size in blocks")
     parser.add_argument(
-        "--accesses", type=int, default=60_000,
+        "--accesses",
+        type=int,
+        default=60_000,
         help="keep the requests up to this many block accesses (0: all); flat mode scores every cached "
         "block at each miss, so it is O(capacity) per access",
     )
@@ -110,8 +114,17 @@ def _replayer(key: Any, params: np.ndarray, capacity: int, trace: Trace) -> Call
     def run(warm_up: bool) -> float:
         t = trace.slice(0, 1) if warm_up else trace
         counters, _, _, _ = kernel(
-            key, params, POLICY_KEY, capacity, t.timestamps_s, t.offsets, t.blocks, t.parent, t.depth,
-            t.block_tokens, False,
+            key,
+            params,
+            POLICY_KEY,
+            capacity,
+            t.timestamps_s,
+            t.offsets,
+            t.blocks,
+            t.parent,
+            t.depth,
+            t.block_tokens,
+            False,
         )
         return counters[2] / counters[1]
 

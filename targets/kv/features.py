@@ -23,16 +23,25 @@ BLOCK_FEATURES = FeatureRegistry(
         Feature("prefix_tokens", "tokens", 1.0, _INF, "tokens of the prefix up to and including this block"),
         Feature("fanout", "count", 0.0, _INF, "distinct child blocks seen so far (branch points are shared)"),
         Feature(
-            "reuse_mean", "s", 0.0, _INF,
+            "reuse_mean",
+            "s",
+            0.0,
+            _INF,
             "mean interval between accesses; now - first access while it was used only once",
         ),
         Feature(
-            "last_interval", "s", 0.0, _INF,
+            "last_interval",
+            "s",
+            0.0,
+            _INF,
             "interval between the two latest accesses; now - first access while used once",
         ),
         Feature("evictions", "count", 0.0, _INF, "ghost history: times the block was evicted before"),
         Feature(
-            "since_evicted", "s", 0.0, NEVER_S,
+            "since_evicted",
+            "s",
+            0.0,
+            NEVER_S,
             "ghost history: time since the block was last evicted (1e6 if never)",
         ),
         Feature("pop_hits_p50", "count", 0.0, _INF, "median hits over the evictable blocks right now"),
@@ -56,7 +65,10 @@ BLOCK_FEATURES = FeatureRegistry(
 """Relations hold for every block the simulator scores (exactly in reals; its subtractions round)."""
 
 ORACLE_NEXT_USE = Feature(
-    "next_use", "s", 0.0, _INF,
+    "next_use",
+    "s",
+    0.0,
+    _INF,
     "time of the block's next use (offline knowledge; only the Belady bound may read it)",
 )
 """A hidden column after the registry; no candidate may read it, so it is not in BLOCK_FEATURES."""

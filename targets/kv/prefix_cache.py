@@ -38,8 +38,9 @@ _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
 
 # Per-block state columns.
-(_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE,
- _SEQ) = range(11)
+(_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE, _SEQ) = (
+    range(11)
+)
 _N_STATE = 11
 
 # Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue (a ghost is not cached).
@@ -198,9 +199,7 @@ def _q_remove(b, qid, nxt, prv, head, tail, size):
     size[q] -= 1
 
 
-def _replay(
-    f, params, policy, capacity, times, offsets, blocks, parent, depth, block_tokens, record
-):
+def _replay(f, params, policy, capacity, times, offsets, blocks, parent, depth, block_tokens, record):
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size

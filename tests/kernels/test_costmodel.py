@@ -77,8 +77,8 @@ def test_the_cpu_profile_reproduces_held_back_measurements() -> None:
         ("norm", 0.35),
         ("act", 0.35),
     ):  # the stated bounds; prefill time is mostly GEMM and attention. Decode attention is linear in the
-    # keys read, while reading them from a scattered pool costs more per key once a batch's contexts
-    # outgrow the caches (about 0.18 us per key for one sequence, 0.3 us from four on).
+        # keys read, while reading them from a scattered pool costs more per key once a batch's contexts
+        # outgrow the caches (about 0.18 us per key for one sequence, 0.3 us from four on).
         assert rows[op][0] < bound, f"{op}: median held-back error {rows[op][0]:.1%}"
     assert {"all_reduce/2", "all_gather/2", "all_to_all/2", "send_recv/2"} <= set(rows)
 
