@@ -9,10 +9,11 @@ trace parsed): the evaluation alone, without isolation.
 
 Printed, one run: the same search on each backend (seconds per candidate, everything a search does
 included), then the recorded jobs replayed on each backend in three cadences (the median seconds per job of
-each batch): one at a time back to back; `workers` side by side back to back (the loop's batches, with no
-proposer's pause); and `workers` side by side `--gap` seconds apart (a proposer, such as an LLM, that takes
-that long per batch), the backends taking turns batch by batch so that other work on the machine hits all
-alike. The load average before and after says how much other work there was.
+a batch, and the median of each batch's ratio to the same batch in-process): one at a time back to back;
+`workers` side by side back to back (the loop's batches, with no proposer's pause); and `workers` side by
+side `--gap` seconds apart (a proposer, such as an LLM, that takes that long per batch), the backends taking
+turns batch by batch so that other work on the machine hits all alike. Last, docker's overhead per typical
+job in one line. The load average before and after says how much other work there was.
 """
 
 from __future__ import annotations
@@ -119,19 +120,33 @@ def main() -> None:
     )
     _table(
         f"the whole search, {config.budget} candidates (s/candidate)",
-        {name: {"search": seconds} for name, seconds in searches.items()},
+        {name: {"search": [seconds]} for name, seconds in searches.items()},
     )
     cadences = {
         "1 at a time, back to back": (1, 0.0),
         f"{config.workers} side by side, back to back": (config.workers, 0.0),
         f"{config.workers} side by side, {args.gap:g} s apart": (config.workers, args.gap),
     }
-    figures: dict[str, dict[str, float]] = {name: {} for name in backends}
+    figures: dict[str, dict[str, list[float]]] = {name: {} for name in backends}
     for cadence, (side_by_side, gap) in cadences.items():
         for name, seconds in _replay(backends, jobs, side_by_side, gap).items():
             figures[name][cadence] = seconds
     print()
-    _table(f"the search's first {len(jobs)} candidate jobs replayed (median s/job of each batch)", figures)
+    _table(
+        f"the search's first {len(jobs)} candidate jobs replayed (s: median s/job of a batch; ratio: median "
+        "of each batch's ratio to the same batch in-process)",
+        figures,
+    )
+    if "docker" in figures:
+        busy, *_, paused = cadences
+        docker, base = figures["docker"], figures["in-process"]
+        whole = _overhead([searches["docker"]], [searches["in-process"]])
+        print(
+            f"\ndocker's overhead per typical job: {_overhead(docker[paused], base[paused])} with its "
+            f"container started in a proposer's pause ({paused}); {_overhead(docker[busy], base[busy])} "
+            f"with no pause to start it in ({busy}); {whole} over a whole offline search, where starting "
+            "and warming containers competes with the jobs"
+        )
     print(f"\nload average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for box in backends.values():
         close = getattr(box, "close", None)
@@ -151,8 +166,8 @@ def _search(config: RunConfig, box: Sandbox) -> float:
 
 def _replay(
     backends: dict[str, Sandbox], jobs: Sequence[Job], side_by_side: int, gap: float
-) -> dict[str, float]:
-    """Median seconds per job of each batch of `side_by_side` jobs on each backend.
+) -> dict[str, list[float]]:
+    """Seconds per job of each batch of `side_by_side` jobs on each backend, batch by batch.
 
     With a gap the backends take turns batch by batch, so the load of a shared machine hits all alike;
     back to back each runs all its batches in a row, since a turn of the others would warm its spares.
@@ -170,7 +185,7 @@ def _replay(
             for name, box in backends.items():
                 box.run(jobs[0])
                 per_job[name] = [_batch(pool, box.run, batch, gap) for batch in batches]
-    return {name: statistics.median(seconds) for name, seconds in per_job.items()}
+    return per_job
 
 
 def _batch(
@@ -187,7 +202,7 @@ def _batch(
     return seconds
 
 
-def _table(title: str, figures: dict[str, dict[str, float]]) -> None:
+def _table(title: str, figures: dict[str, dict[str, list[float]]]) -> None:
     columns = list(next(iter(figures.values())))
     print(title)
     print(f"{'':<11}" + "".join(f"{column:>32}" for column in columns))
@@ -196,16 +211,25 @@ def _table(title: str, figures: dict[str, dict[str, float]]) -> None:
     for name, row in figures.items():
         line = f"{name:<11}"
         for column in columns:
-            seconds = row[column]
-            overhead = "-" if name == "in-process" else f"{(seconds - base[column]) / base[column]:+.0%}"
-            line += f"{seconds:>10.3f} {seconds / base[column]:>8.2f}x {overhead:>11}"
+            overhead = "-" if name == "in-process" else _overhead(row[column], base[column])
+            ratio = _ratio(row[column], base[column])
+            line += f"{statistics.median(row[column]):>10.3f} {ratio:>8.2f}x {overhead:>11}"
         print(line)
+
+
+def _ratio(seconds: Sequence[float], base: Sequence[float]) -> float:
+    """The median of each batch's ratio to the same batch in-process: pairing cancels out job sizes."""
+    return statistics.median(s / b for s, b in zip(seconds, base, strict=True))
+
+
+def _overhead(seconds: Sequence[float], base: Sequence[float]) -> str:
+    return f"{_ratio(seconds, base) - 1:+.0%}"
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=40, help="candidates of each search")
-    parser.add_argument("--jobs", type=int, default=12, help="candidate jobs replayed per cadence")
+    parser.add_argument("--jobs", type=int, default=32, help="candidate jobs replayed per cadence")
     parser.add_argument("--gap", type=float, default=3.0, help="pause before each batch, last cadence")
     return parser.parse_args()
 
