@@ -143,6 +143,26 @@ def test_jobs_run_side_by_side_leave_as_many_warm_containers(docker_box: DockerS
         box.close()
 
 
+def test_a_spare_warms_on_every_instance_of_the_job_it_stands_in_for(docker_box: DockerSandbox) -> None:
+    box = DockerSandbox(image=docker_box.image, client=docker_box.client)
+    mine = {"label": f"{OWNER_LABEL}={box.owner}"}
+    two = (*SMALL, Instance("gen:chat:1", {"capacity": 100}, role="eval"))
+    try:
+        assert box.run(Job("kv", KV.baselines()["lru"], two)).status == "ok"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the job's own container may still be on its way out
+            commands = [c.attrs["Config"]["Cmd"] for c in box.client.containers.list(all=True, filters=mine)]
+            if spares := [command for command in commands if "--warm" in command]:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no spare was started")
+        warm = Job.from_json(json.loads(spares[0][spares[0].index("--warm") + 1]))
+        assert warm.instances == two  # a later instance left cold costs every job its first touch
+    finally:
+        box.close()
+
+
 def test_no_container_outlives_the_sandbox(docker_box: DockerSandbox) -> None:
     box = DockerSandbox(image=docker_box.image, client=docker_box.client)
     killed = box.run(Job("kv", "while True:\n    pass\n", SMALL, skip_check=True, limits=Limits(wall_s=2)))
