@@ -18,7 +18,6 @@ import torch
 from targets.batching.scheduler import Batch, Limits
 from targets.batching.trace import Requests
 
-from . import ops
 from .model import KVPool, Transformer
 
 
@@ -57,8 +56,12 @@ class EngineExecutor:
                     )
                 table.append(self.free.pop())
         began = time.perf_counter()
-        logits = forward(
-            self.model, self.pool, [(self.sequences[r], self.tables[r], s, n) for r, s, n in rows]
+        logits = self.model.forward(
+            self.pool,
+            [
+                (torch.tensor(self.sequences[r][s : s + n]), torch.tensor(self.tables[r]), s)
+                for r, s, n in rows
+            ],
         )
         for (r, start, n), out in zip(rows, logits, strict=True):
             sequence = self.sequences[r]
@@ -68,50 +71,3 @@ class EngineExecutor:
                 if len(self.logits[r]) == int(self.requests.output_tokens[r]):
                     self.free.extend(self.tables.pop(r))
         return (time.perf_counter() - began) * 1e3
-
-
-@torch.inference_mode()
-def forward(
-    model: Transformer, pool: KVPool, rows: list[tuple[list[int], list[int], int, int]]
-) -> list[torch.Tensor]:
-    """One pass over rows (sequence, block table, start, tokens): positions start..start+tokens-1 of each
-    sequence are computed over its cached first `start` tokens and written to the pool; returns the logits
-    after each row's last token. Rows of one token run as a batched decode."""
-    s = model.shape
-    spans, pos, decodes = [], 0, []
-    for i, (_, _, _, n) in enumerate(rows):
-        spans.append((pos, pos + n))
-        if n == 1:
-            decodes.append(i)
-        pos += n
-    ids = torch.tensor([t for seq, _, start, n in rows for t in seq[start : start + n]])
-    tables = [torch.tensor(table) for _, table, _, _ in rows]
-    last = torch.tensor([hi - 1 for _, hi in spans])
-    dec = torch.tensor([spans[i][0] for i in decodes], dtype=torch.long)
-    x = model.embed[ids]
-    delta = torch.zeros_like(x)
-    for li, layer in enumerate(model.layers):
-        k_pool, v_pool = pool.data[li, 0], pool.data[li, 1]
-        a, x = ops.norm(x, delta, layer.attn_norm)
-        q, k, v = ops.gemm(a, layer.qkv).view(pos, 3, s.heads, s.head_dim).unbind(1)
-        o = torch.empty_like(q)
-        for i, (_, _, start, n) in enumerate(rows):
-            lo, hi = spans[i]
-            if n > 1:
-                qi, ki, vi = (t[lo:hi].transpose(0, 1) for t in (q, k, v))
-                o[lo:hi] = ops.attn_prefill(qi, ki, vi, k_pool, v_pool, tables[i], start).transpose(0, 1)
-        if decodes:
-            o[dec] = ops.attn_decode(
-                q[dec],
-                k[dec],
-                v[dec],
-                k_pool,
-                v_pool,
-                [tables[i] for i in decodes],
-                [rows[i][2] for i in decodes],
-            )
-        delta = ops.gemm(o.reshape(pos, -1), layer.out)
-        a, x = ops.norm(x, delta, layer.mlp_norm)
-        delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
-    a, _ = ops.norm(x[last], delta[last], model.final_norm)
-    return list(ops.gemm(a, model.head).unbind(0))

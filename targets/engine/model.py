@@ -7,13 +7,18 @@ positions to make every logit depend on every earlier token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
 from targets.kernels.models import ModelShape
 
 from . import ops
+
+Row = tuple[torch.Tensor, torch.Tensor, int]
+"""(tokens, block table, start) of one sequence in a forward pass: its tokens at positions start.."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class KVPool:
 
 
 class Transformer:
-    """Seeded random weights; prefill and decode write new keys and values into the slots they are given."""
+    """Seeded random weights; a forward pass writes new keys and values into the slots it is given."""
 
     def __init__(self, shape: ModelShape, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -62,45 +67,67 @@ class Transformer:
         self.final_norm = torch.ones(h)
         self.head = dense(h, shape.vocab)
 
-    @torch.inference_mode()
     def prefill(self, tokens: torch.Tensor, pool: KVPool, table: torch.Tensor, ctx: int) -> torch.Tensor:
-        """Logits after the last of `tokens`, which follow `ctx` tokens cached in `table`'s first blocks.
+        """Logits after the last of `tokens`, which follow `ctx` tokens cached in `table`'s first blocks."""
+        return self.forward(pool, [(tokens, table, ctx)])[0]
 
-        `table` lists the blocks of all ctx + len(tokens) positions; the new tokens' keys and values are
-        written into theirs, so a block shared with other sequences must not be among them.
-        """
-        s = self.shape
-        n = int(tokens.shape[0])
-        x = self.embed[tokens]
-        delta = torch.zeros_like(x)
-        for li, layer in enumerate(self.layers):
-            a, x = ops.norm(x, delta, layer.attn_norm)
-            q, k, v = ops.gemm(a, layer.qkv).view(n, 3, s.heads, s.head_dim).permute(1, 2, 0, 3)
-            o = ops.attn_prefill(q, k, v, pool.data[li, 0], pool.data[li, 1], table, ctx)
-            delta = ops.gemm(o.transpose(0, 1).reshape(n, -1), layer.out)
-            a, x = ops.norm(x, delta, layer.mlp_norm)
-            delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
-        a, _ = ops.norm(x[-1:], delta[-1:], self.final_norm)
-        return ops.gemm(a, self.head)[0]
-
-    @torch.inference_mode()
     def decode(
         self, tokens: torch.Tensor, pool: KVPool, tables: list[torch.Tensor], ctxs: list[int]
     ) -> torch.Tensor:
-        """One step for a batch: each sequence's new token at position ctx; returns (batch, vocab) logits.
+        """One step for a batch: each sequence's new token at position ctx; returns (batch, vocab) logits."""
+        rows = zip(tokens.split(1), tables, ctxs, strict=True)
+        return self.forward(pool, list(rows))
 
-        Its key and value are written at that position, so the table must already hold that block.
+    @torch.inference_mode()
+    def forward(self, pool: KVPool, rows: Sequence[Row]) -> torch.Tensor:
+        """Logits after each row's last token, (rows, vocab), from one pass over all rows' tokens.
+
+        A row's tokens follow `start` tokens already cached in its table's first blocks; their keys and
+        values are written into the blocks after, so a block shared with other sequences must not be among
+        those. Projections and MLP run over all rows' tokens at once, attention per row of several tokens
+        and batched over the rows of one (decodes).
         """
         s = self.shape
-        b = int(tokens.shape[0])
-        x = self.embed[tokens]
+        ends = list(accumulate(int(tokens.shape[0]) for tokens, _, _ in rows))
+        total = ends[-1]
+        x = self.embed[torch.cat([tokens for tokens, _, _ in rows])]
         delta = torch.zeros_like(x)
         for li, layer in enumerate(self.layers):
             a, x = ops.norm(x, delta, layer.attn_norm)
-            q, k, v = ops.gemm(a, layer.qkv).view(b, 3, s.heads, s.head_dim).unbind(1)
-            o = ops.attn_decode(q, k, v, pool.data[li, 0], pool.data[li, 1], tables, ctxs)
-            delta = ops.gemm(o.reshape(b, -1), layer.out)
+            q, k, v = ops.gemm(a, layer.qkv).view(total, 3, s.heads, s.head_dim).unbind(1)
+            o = _attention(q, k, v, pool.data[li, 0], pool.data[li, 1], rows, ends)
+            delta = ops.gemm(o.reshape(total, -1), layer.out)
             a, x = ops.norm(x, delta, layer.mlp_norm)
             delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
-        a, _ = ops.norm(x, delta, self.final_norm)
+        last = torch.tensor(ends) - 1
+        a, _ = ops.norm(x[last], delta[last], self.final_norm)
         return ops.gemm(a, self.head)
+
+
+def _attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: Sequence[Row],
+    ends: list[int],
+) -> torch.Tensor:
+    """(tokens, heads, head_dim) attention outputs of one layer: each row of several tokens causally over
+    its cache and itself, the rows of one token together as a batched decode."""
+    decodes = [i for i, (tokens, _, _) in enumerate(rows) if tokens.shape[0] == 1]
+    if len(decodes) == len(rows):
+        return ops.attn_decode(q, k, v, keys, values, [t for _, t, _ in rows], [c for _, _, c in rows])
+    o = torch.empty_like(q)
+    for (tokens, table, start), end in zip(rows, ends, strict=True):
+        n = int(tokens.shape[0])
+        if n > 1:
+            span = slice(end - n, end)
+            heads_first = (t[span].transpose(0, 1) for t in (q, k, v))
+            o[span] = ops.attn_prefill(*heads_first, keys, values, table, start).transpose(0, 1)
+    if decodes:
+        at = torch.tensor([ends[i] - 1 for i in decodes])
+        o[at] = ops.attn_decode(
+            q[at], k[at], v[at], keys, values, [rows[i][1] for i in decodes], [rows[i][2] for i in decodes]
+        )
+    return o
