@@ -56,12 +56,11 @@ class EngineExecutor:
                     )
                 table.append(self.free.pop())
         began = time.perf_counter()
+        tokens = torch.tensor([t for r, s, n in rows for t in self.sequences[r][s : s + n]])
+        chunks = tokens.split([n for _, _, n in rows])
         logits = self.model.forward(
             self.pool,
-            [
-                (torch.tensor(self.sequences[r][s : s + n]), torch.tensor(self.tables[r]), s)
-                for r, s, n in rows
-            ],
+            [(chunk, torch.tensor(self.tables[r]), s) for chunk, (r, s, _) in zip(chunks, rows, strict=True)],
         )
         for (r, start, n), out in zip(rows, logits, strict=True):
             sequence = self.sequences[r]
