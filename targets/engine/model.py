@@ -88,46 +88,59 @@ class Transformer:
         and batched over the rows of one (decodes).
         """
         s = self.shape
-        ends = list(accumulate(int(tokens.shape[0]) for tokens, _, _ in rows))
-        total = ends[-1]
+        layout = _Layout.of(rows)
         x = self.embed[torch.cat([tokens for tokens, _, _ in rows])]
         delta = torch.zeros_like(x)
         for li, layer in enumerate(self.layers):
             a, x = ops.norm(x, delta, layer.attn_norm)
-            q, k, v = ops.gemm(a, layer.qkv).view(total, 3, s.heads, s.head_dim).unbind(1)
-            o = _attention(q, k, v, pool.data[li, 0], pool.data[li, 1], rows, ends)
-            delta = ops.gemm(o.reshape(total, -1), layer.out)
+            q, k, v = ops.gemm(a, layer.qkv).view(layout.total, 3, s.heads, s.head_dim).unbind(1)
+            o = layout.attend(q, k, v, pool.data[li, 0], pool.data[li, 1])
+            delta = ops.gemm(o.reshape(layout.total, -1), layer.out)
             a, x = ops.norm(x, delta, layer.mlp_norm)
             delta = ops.gemm(ops.act(ops.gemm(a, layer.up)), layer.down)
-        last = torch.tensor(ends) - 1
-        a, _ = ops.norm(x[last], delta[last], self.final_norm)
+        a, _ = ops.norm(x[layout.last], delta[layout.last], self.final_norm)
         return ops.gemm(a, self.head)
 
 
-def _attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    rows: Sequence[Row],
-    ends: list[int],
-) -> torch.Tensor:
-    """(tokens, heads, head_dim) attention outputs of one layer: each row of several tokens causally over
-    its cache and itself, the rows of one token together as a batched decode."""
-    decodes = [i for i, (tokens, _, _) in enumerate(rows) if tokens.shape[0] == 1]
-    if len(decodes) == len(rows):
-        return ops.attn_decode(q, k, v, keys, values, [t for _, t, _ in rows], [c for _, _, c in rows])
-    o = torch.empty_like(q)
-    for (tokens, table, start), end in zip(rows, ends, strict=True):
-        n = int(tokens.shape[0])
-        if n > 1:
-            span = slice(end - n, end)
-            heads_first = (t[span].transpose(0, 1) for t in (q, k, v))
-            o[span] = ops.attn_prefill(*heads_first, keys, values, table, start).transpose(0, 1)
-    if decodes:
-        at = torch.tensor([ends[i] - 1 for i in decodes])
-        o[at] = ops.attn_decode(
-            q[at], k[at], v[at], keys, values, [rows[i][1] for i in decodes], [rows[i][2] for i in decodes]
-        )
-    return o
+@dataclass(frozen=True)
+class _Layout:
+    """Where each row's tokens lie in a forward pass's stacked tokens, worked out once for all layers."""
+
+    rows: Sequence[Row]
+    spans: list[slice]
+    decodes: list[int]
+    """Rows of one token, attended together as a batched decode."""
+    total: int
+    last: slice | torch.Tensor
+    """Each row's last token: all of them when every row is one token."""
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> _Layout:
+        sizes = [int(tokens.shape[0]) for tokens, _, _ in rows]
+        ends = list(accumulate(sizes))
+        spans = [slice(end - size, end) for size, end in zip(sizes, ends, strict=True)]
+        decodes = [i for i, size in enumerate(sizes) if size == 1]
+        last = slice(None) if len(decodes) == len(rows) else torch.tensor(ends) - 1
+        return cls(rows, spans, decodes, ends[-1], last)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+    ) -> torch.Tensor:
+        """(tokens, heads, head_dim) outputs of one layer: each row of several tokens causally over its
+        cache and itself, the rows of one token together."""
+        tables = [self.rows[i][1] for i in self.decodes]
+        starts = [self.rows[i][2] for i in self.decodes]
+        if len(self.decodes) == len(self.rows):
+            return ops.attn_decode(q, k, v, keys, values, tables, starts)
+        pieces: dict[int, torch.Tensor] = {}
+        if self.decodes:
+            at = torch.tensor([self.spans[i].start for i in self.decodes])
+            decoded = ops.attn_decode(q[at], k[at], v[at], keys, values, tables, starts)
+            pieces.update(zip(self.decodes, decoded.split(1), strict=True))
+        for i, ((_, table, start), span) in enumerate(zip(self.rows, self.spans, strict=True)):
+            if i not in pieces:
+                heads_first = (t[span].transpose(0, 1) for t in (q, k, v))
+                pieces[i] = ops.attn_prefill(*heads_first, keys, values, table, start).transpose(0, 1)
+        if len(pieces) == 1:
+            return pieces[0]
+        return torch.cat([pieces[i] for i in range(len(self.rows))])
