@@ -252,8 +252,8 @@ class _Containers:
 
         Enough is one per job of this key that ran side by side at the peak (the search's `workers`), so
         a batch of jobs finds as many warm containers. A spare warms up by running the target's first
-        baseline on all the job's instances: each instance's shape of its trace is built once per process,
-        and a spare that built only the first left the others on the job's path (+10 % of a typical job).
+        baseline on all the job's instances, so nothing the job touches is first loaded on its path (one
+        warmed on the first instance only measured +8 to +15 % of a typical job; README, The sandbox).
         """
         try:
             baseline = next(iter(targets.load(sent.target).baselines().values()), None)
