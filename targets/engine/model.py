@@ -110,6 +110,10 @@ class _Layout:
     spans: list[slice]
     decodes: list[int]
     """Rows of one token, attended together as a batched decode."""
+    decode_at: torch.Tensor
+    """Where the decodes' tokens lie among the stacked tokens."""
+    decode_tables: list[torch.Tensor]
+    decode_starts: list[int]
     total: int
     last: slice | torch.Tensor
     """Each row's last token: all of them when every row is one token."""
@@ -121,20 +125,21 @@ class _Layout:
         spans = [slice(end - size, end) for size, end in zip(sizes, ends, strict=True)]
         decodes = [i for i, size in enumerate(sizes) if size == 1]
         last = slice(None) if len(decodes) == len(rows) else torch.tensor(ends) - 1
-        return cls(rows, spans, decodes, ends[-1], last)
+        at = torch.tensor([spans[i].start for i in decodes], dtype=torch.long)
+        tables, starts = [rows[i][1] for i in decodes], [rows[i][2] for i in decodes]
+        return cls(rows, spans, decodes, at, tables, starts, ends[-1], last)
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     ) -> torch.Tensor:
         """(tokens, heads, head_dim) outputs of one layer: each row of several tokens causally over its
         cache and itself, the rows of one token together."""
-        tables = [self.rows[i][1] for i in self.decodes]
-        starts = [self.rows[i][2] for i in self.decodes]
+        tables, starts = self.decode_tables, self.decode_starts
         if len(self.decodes) == len(self.rows):
             return ops.attn_decode(q, k, v, keys, values, tables, starts)
         pieces: dict[int, torch.Tensor] = {}
         if self.decodes:
-            at = torch.tensor([self.spans[i].start for i in self.decodes])
+            at = self.decode_at
             decoded = ops.attn_decode(q[at], k[at], v[at], keys, values, tables, starts)
             pieces.update(zip(self.decodes, decoded.split(1), strict=True))
         for i, ((_, table, start), span) in enumerate(zip(self.rows, self.spans, strict=True)):
