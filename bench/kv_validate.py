@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 from search.kernel_commands import error_table, validation_table
-from targets.kernels.costmodel import SHIPPED, load_profile
+from targets.costmodel.model import SHIPPED, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "kv" / "mooncake_conversation_train.jsonl"

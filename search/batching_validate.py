@@ -20,7 +20,7 @@ from rich.table import Table
 import targets
 from targets.base import Instance, WorkloadError
 from targets.batching.target import DEFAULTS, load_workload
-from targets.kernels.costmodel import DEFAULT_PROFILE
+from targets.costmodel.model import DEFAULT_PROFILE
 
 from .errors import UserError
 from .validation import kendall_tau, require_torch, run_candidates

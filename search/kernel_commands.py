@@ -13,8 +13,8 @@ from rich.table import Table
 import targets
 from sandbox.choice import BACKENDS
 from targets.base import Instance
-from targets.kernels.costmodel import DEFAULT_PROFILE, Profile, ProfileError
-from targets.kernels.models import MODELS, TINY
+from targets.costmodel.model import DEFAULT_PROFILE, Profile, ProfileError
+from targets.costmodel.shapes import MODELS, TINY
 from targets.kv.kernels import cost_model
 from targets.kv.target import load_workload
 
@@ -74,15 +74,15 @@ def profile(args: argparse.Namespace) -> None:
         raise UserError("--groups need 2 or more processes; --threads, --repeats, --block at least 1")
     try:
         if args.from_vidur:
-            from targets.kernels.vidur import import_vidur
+            from targets.costmodel.vidur import import_vidur
 
             result = import_vidur(args.from_vidur, seed=args.seed)
         else:
             require_torch("crucible profile")
             import torch
 
-            from targets.kernels.measure import Settings
-            from targets.kernels.measure import profile as measure
+            from targets.costmodel.profiler import Settings
+            from targets.costmodel.profiler import profile as measure
 
             if args.device == "cuda" and torch.cuda.device_count() < 1:
                 raise UserError("--device cuda: no CUDA device is visible")

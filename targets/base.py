@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -103,6 +103,121 @@ class WorkloadError(ValueError):
     """A workload a user supplied cannot be used; the message is one line that says why."""
 
 
+class OptionError(ValueError):
+    """An option value a user supplied is unknown, of the wrong type or out of bounds; one line naming it."""
+
+
+OptionType = Literal["int", "float", "str", "bool", "path"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting of a target's mechanism or workload: the CLI's `--set name=value`, a UI form field and a
+    CI config key are all generated from this, so a new option never touches a front end.
+
+    `type` "path" is a file a job reads (a profile, a side table): the sandbox mounts it read-only. `low`,
+    `high` bound numbers (inclusive); `choices`, when given, is the whole set of allowed values (a "path"
+    option may also accept them as names, e.g. a shipped profile). `default` None means "not set".
+    """
+
+    name: str
+    type: OptionType
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] = ()
+    required: bool = False
+    """For a command's arguments: no default, the user must give it."""
+
+    def parse(self, text: str) -> Any:
+        """The value of `--set name=text`, checked; OptionError names the option and what it allows."""
+        if self.type == "bool":
+            lowered = text.strip().lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise OptionError(f"option {self.name}: expected true or false, got {text!r}")
+            return self.check(lowered in ("true", "1", "yes"))
+        if self.type == "int":
+            try:
+                return self.check(int(text))
+            except ValueError:
+                raise OptionError(f"option {self.name}: expected a whole number, got {text!r}") from None
+        if self.type == "float":
+            try:
+                return self.check(float(text))
+            except ValueError:
+                raise OptionError(f"option {self.name}: expected a number, got {text!r}") from None
+        return self.check(text)
+
+    def check(self, value: Any) -> Any:
+        """A typed value (from JSON, TOML or a form) checked against the type, bounds and choices."""
+        if self.type == "bool":
+            if not isinstance(value, bool):
+                raise OptionError(f"option {self.name}: expected true or false, got {value!r}")
+            return value
+        if self.type in ("int", "float"):
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if self.type == "int" and not whole:
+                raise OptionError(f"option {self.name}: expected a whole number, got {value!r}")
+            if self.type == "float" and not (whole or isinstance(value, float)):
+                raise OptionError(f"option {self.name}: expected a number, got {value!r}")
+            if (
+                value != value
+                or (self.low is not None and value < self.low)
+                or (self.high is not None and value > self.high)
+            ):
+                raise OptionError(f"option {self.name}: {value!r} is outside {self.allowed()}")
+            value = float(value) if self.type == "float" else value
+        elif not isinstance(value, str) or not value:
+            raise OptionError(f"option {self.name}: expected a non-empty text, got {value!r}")
+        if self.choices and self.type != "path" and value not in self.choices:
+            raise OptionError(f"option {self.name}: {value!r} is not one of {self.allowed()}")
+        return value
+
+    def allowed(self) -> str:
+        """The allowed values in words, for errors and help."""
+        if self.choices:
+            return ", ".join(str(c) for c in self.choices) + (" or a file" if self.type == "path" else "")
+        if self.type in ("int", "float"):
+            low = "-inf" if self.low is None else f"{self.low:g}"
+            high = "inf" if self.high is None else f"{self.high:g}"
+            return f"[{low}, {high}]"
+        return {"bool": "true or false", "path": "a file", "str": "any text"}[self.type]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a target's command returns: rows a front end draws as a table, and the data `--json` prints."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    data: Any
+
+
+@dataclass(frozen=True)
+class Command:
+    """A target's own command (`crucible <target> <name>`), declared as data so no front end names a
+    target: its arguments are Options (`--height 1024` for an Option named "height"), and it returns plain
+    data. A user's mistake raises OptionError or WorkloadError with one line."""
+
+    name: str
+    doc: str
+    arguments: tuple[Option, ...]
+    run: Callable[[Mapping[str, Any]], CommandResult]
+
+
+def resolve_options(options: tuple[Option, ...], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The defaults of `options` overlaid with checked `given` values; OptionError on an unknown name."""
+    known = {o.name: o for o in options}
+    for name in given:
+        if name not in known:
+            raise OptionError(f"unknown option {name!r}; options: {', '.join(known) or 'none'}")
+    values = {o.name: o.default for o in options if o.default is not None}
+    values.update({name: known[name].check(value) for name, value in given.items()})
+    return values
+
+
 class Target(Protocol):
     """A mechanism that asks a candidate only for a narrow policy over declared features."""
 
@@ -112,6 +227,8 @@ class Target(Protocol):
     objective: Objective
     report_metrics: tuple[str, ...]
     """The metrics a report shows, the objective first."""
+    options: tuple[Option, ...]
+    """The settings a user may change, as data: front ends generate their flags and forms from these."""
 
     def default_config(self) -> dict[str, Any]:
         """A shipped workload (key "workload") and configuration, so every command runs with no flags."""
@@ -123,6 +240,11 @@ class Target(Protocol):
 
     def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
         """Instances to tune on (role "train") and to score on (role "eval"); WorkloadError on bad input."""
+        ...
+
+    def files(self, instance: Instance) -> tuple[str, ...]:
+        """Every file a job on this instance reads (the workload, a user's profile...), as absolute paths:
+        the Docker sandbox mounts exactly these, read-only."""
         ...
 
     def baselines(self) -> dict[str, str]:
@@ -143,6 +265,10 @@ class Target(Protocol):
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         """Run a built-in baseline on an instance."""
+        ...
+
+    def commands(self) -> tuple[Command, ...]:
+        """The target's own commands (e.g. DiT's `plan`); most targets have none."""
         ...
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from targets.base import WorkloadError
-from targets.kernels.costmodel import DEFAULT_PROFILE, CostModel, ProfileError
-from targets.kernels.models import MODELS
+from targets.costmodel.model import DEFAULT_PROFILE, CostModel, ProfileError
+from targets.costmodel.shapes import MODELS
 
 from .scheduler import Batch, Executor, Limits
 from .trace import Requests

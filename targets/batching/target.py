@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import FeatureRegistry, Instance, Objective, WorkloadError, packaged_baselines
-from targets.kernels.costmodel import DEFAULT_PROFILE
+from targets.costmodel.model import DEFAULT_PROFILE
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature

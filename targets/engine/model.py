@@ -13,7 +13,7 @@ from itertools import accumulate
 
 import torch
 
-from targets.kernels.models import ModelShape
+from targets.costmodel.shapes import ModelShape
 
 from . import ops
 

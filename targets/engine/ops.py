@@ -1,6 +1,6 @@
 """The engine's operators; `crucible profile` times exactly these, so the cost model fits what runs.
 
-Each function is one operator of targets.kernels.costmodel.OPERATORS. KV pools are per layer,
+Each function is one operator of targets.costmodel.model.OPERATORS. KV pools are per layer,
 shaped (blocks, heads, block_size, head_dim); a sequence's block table lists its blocks in order.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from targets.kernels.costmodel import PREFILL_TILE
+from targets.costmodel.model import PREFILL_TILE
 
 EPS = 1e-6
 

@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 from targets.engine import ops
 
-from .costmodel import COLLECTIVES, OPERATORS, Fit, Profile, Sample, fit, hold_back
-from .models import ModelShape
+from .model import COLLECTIVES, OPERATORS, Fit, Profile, Sample, fit, hold_back
+from .shapes import ModelShape
 
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
@@ -238,7 +238,7 @@ def profile(
     return Profile(
         name=name,
         device=settings.device,
-        source="measured by `crucible profile` (targets/kernels/measure.py)",
+        source="measured by `crucible profile` (targets/costmodel/profiler.py)",
         model=model,
         operators=operators,
         collectives=collectives,

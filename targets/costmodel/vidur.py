@@ -12,8 +12,8 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
-from .costmodel import Fit, Profile, ProfileError, Sample, fit, hold_back
-from .models import LLAMA2_7B
+from .model import Fit, Profile, ProfileError, Sample, fit, hold_back
+from .shapes import LLAMA2_7B
 
 MLP_CSV = "vidur_h100_llama2-7b_mlp.csv"
 ALL_REDUCE_CSV = "vidur_h100_dgx_all_reduce.csv"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from targets.kernels.costmodel import (
+from targets.costmodel.model import (
     SHIPPED,
     CostModel,
     Profile,
@@ -17,7 +17,7 @@ from targets.kernels.costmodel import (
     hold_back,
     load_profile,
 )
-from targets.kernels.models import LLAMA2_7B, TINY
+from targets.costmodel.shapes import LLAMA2_7B, TINY
 
 
 def test_a_fit_recovers_the_coefficients_of_noiseless_times_and_scores_held_back_shapes() -> None:

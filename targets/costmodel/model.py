@@ -7,7 +7,7 @@ every term, so it never predicts less time for more work, and it extrapolates to
 the measured grid, which a piecewise table in two or three dimensions cannot do. Each fit is scored on
 measurements it did not see (held back at random), and those errors are stored with the profile.
 
-Reading a profile needs numpy only; measuring one needs torch (`targets.kernels.measure`).
+Reading a profile needs numpy only; measuring one needs torch (`targets.costmodel.profiler`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .models import ModelShape
+from .shapes import ModelShape
 
 Terms = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
 
@@ -255,7 +255,7 @@ class Profile:
 
 
 SHIPPED = ("cpu-2core", "h100-vidur")
-"""Profiles shipped in targets/kernels/profiles/: this kind of 2-core CPU, measured by `crucible profile`,
+"""Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`,
 and the H100 from Vidur's measured operator and NCCL timings."""
 DEFAULT_PROFILE = "cpu-2core"
 
@@ -263,7 +263,7 @@ DEFAULT_PROFILE = "cpu-2core"
 def load_profile(name_or_path: str) -> Profile:
     """A shipped profile by name, or a profile file written by `crucible profile`."""
     if name_or_path in SHIPPED:
-        text = (resources.files("targets.kernels") / "profiles" / f"{name_or_path}.json").read_text()
+        text = (resources.files("targets.costmodel") / "profiles" / f"{name_or_path}.json").read_text()
         where = name_or_path
     else:
         where = name_or_path
