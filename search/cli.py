@@ -26,7 +26,7 @@ from verifiers.program import Program
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
-from . import kernel_commands, sandbox_commands
+from . import kernel_commands, sandbox_commands, target_commands
 from .accounting import ProposerStats, proposer_stats
 from .errors import UserError
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
@@ -130,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     best.add_argument("--output", "-o", help="file to write (default: stdout)")
     kernel_commands.add_parsers(sub)
     sandbox_commands.add_parsers(sub)
+    target_commands.add_parsers(sub)
     return parser
 
 
@@ -145,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "profile": kernel_commands.profile,
             "validate": kernel_commands.validate,
             "sandbox": sandbox_commands.sandbox,
+            **target_commands.handlers(),
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:
