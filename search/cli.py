@@ -26,7 +26,7 @@ from verifiers.program import Program
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check, render
 
-from . import kernel_commands, sandbox_commands, target_commands
+from . import kernel_commands, sandbox_commands, target_commands, ui_command
 from .accounting import ProposerStats, proposer_stats
 from .errors import UserError
 from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     kernel_commands.add_parsers(sub)
     sandbox_commands.add_parsers(sub)
     target_commands.add_parsers(sub)
+    ui_command.add_parsers(sub)
     return parser
 
 
@@ -147,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "validate": kernel_commands.validate,
             "sandbox": sandbox_commands.sandbox,
             **target_commands.handlers(),
+            "ui": ui_command.ui,
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:
