@@ -14,11 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, UniqueConstraint, event, func
+from sqlalchemy import Engine, UniqueConstraint, event, func, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 DEFAULT_URL = "sqlite:///crucible.db"
+BASELINE = "baseline"
+"""The proposer name of a baseline's candidate row: baselines seed the islands and anchor the report."""
 
 
 class StoreError(RuntimeError):
@@ -39,6 +41,10 @@ class Run(SQLModel, table=True):
     created_at: datetime = Field(default_factory=_now)
     updated_at: datetime = Field(default_factory=_now)
     message: str = ""
+    pid: int | None = None
+    """The process that last started running it, so a reader can tell a killed run from a live one."""
+    host: str = ""
+    """The machine that process runs on (a pid means nothing elsewhere)."""
 
 
 class Candidate(SQLModel, table=True):
@@ -54,6 +60,8 @@ class Candidate(SQLModel, table=True):
     source: str
     fingerprint: str
     parent_id: int | None = None
+    inspirations: str = "[]"
+    """The ids of the candidates the proposer was shown beside the parent, as a JSON list."""
     island: int = 0
     proposer: str
     model: str = ""
@@ -124,22 +132,46 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def open_engine(url: str = DEFAULT_URL) -> Engine:
-    """Open (and create) the store at `url`; SQLite files get WAL mode. Raises StoreError."""
+def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
+    """Open the store at `url` (creating it unless `create` is False: a reader never makes an empty
+    database out of a mistyped path); SQLite files get WAL mode. Raises StoreError."""
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        folder = Path(url.removeprefix("sqlite:///")).expanduser().resolve().parent
-        if not folder.is_dir():
-            raise StoreError(f"cannot open database {url}: folder {folder} does not exist")
+        path = Path(url.removeprefix("sqlite:///")).expanduser().resolve()
+        if not create and not path.is_file():
+            raise StoreError(f"no database at {path}")
+        if not path.parent.is_dir():
+            raise StoreError(f"cannot open database {url}: folder {path.parent} does not exist")
     try:
         engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         SQLModel.metadata.create_all(engine)
+        _add_new_columns(engine)
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open database {url}: {_reason(exc)}") from None
     except ModuleNotFoundError as exc:
         raise StoreError(f"cannot open database {url}: driver {exc.name} is not installed") from None
     return engine
+
+
+def _add_new_columns(engine: Engine) -> None:
+    """Columns added since a store was made (all nullable or defaulted) are added to it, so an older
+    database opens as it is, nothing lost."""
+    existing = inspect(engine)
+    with engine.begin() as connection:
+        for table in SQLModel.metadata.sorted_tables:
+            have = {c["name"] for c in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                default = column.default.arg if column.default is not None else None
+                fill = "" if default is None or callable(default) else f" DEFAULT {_literal(default)}"
+                connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{fill}"))
+
+
+def _literal(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else str(value)
 
 
 def _reason(exc: SQLAlchemyError) -> str:
@@ -190,6 +222,16 @@ class Store:
             if run is None:
                 raise StoreError(f"no run {run_id}")
             run.status, run.message, run.updated_at = status, message, _now()
+            session.add(run)
+            session.commit()
+
+    def start_run(self, run_id: str, pid: int, host: str) -> None:
+        """Mark a run running in process `pid` on `host`, so a reader can tell when that process is gone."""
+        with self._session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id}")
+            run.status, run.message, run.pid, run.host, run.updated_at = "running", "", pid, host, _now()
             session.add(run)
             session.commit()
 
@@ -296,6 +338,6 @@ class Store:
             query = (
                 select(func.count())
                 .select_from(Candidate)
-                .where(Candidate.run_id == run_id, Candidate.proposer != "baseline")
+                .where(Candidate.run_id == run_id, Candidate.proposer != BASELINE)
             )
             return int(session.exec(query).one())
