@@ -1,0 +1,145 @@
+"""Diffusion Transformers with their real shapes, and how many tokens a resolution and frame count make.
+
+Every figure is read from the model's public configuration (the file named next to it); no code is taken
+from those projects. A "block" here is one attention block: Flux's and HunyuanVideo's double-stream blocks
+(separate weights for text and image tokens) and their single-stream blocks both cost 12 x hidden^2
+multiply-accumulates per token (qkv 3h^2, output h^2, MLP 2 x h x 4h), so they are counted alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from targets.base import WorkloadError
+
+BYTES_PER_PARAM = 2
+"""Weights and activations in bfloat16, as every model below is served."""
+
+
+@dataclass(frozen=True)
+class DiTModel:
+    """One DiT's shapes: what the cost model needs to price a denoising step and its communication."""
+
+    name: str
+    blocks: int
+    hidden: int
+    heads: int
+    head_dim: int
+    mlp: int
+    """Hidden width of the MLP."""
+    patch: tuple[int, int, int]
+    """Patch size in latent frames, latent rows and latent columns."""
+    vae_temporal: int
+    """Video frames per latent frame (1 for image models)."""
+    vae_spatial: int
+    """Pixels per latent row and column."""
+    latent_channels: int
+    text_tokens: int
+    text: Literal["joint", "cross"]
+    """"joint": text tokens join the image sequence in every attention; "cross": image tokens cross-attend
+    to them."""
+    cfg: bool
+    """Classifier-free guidance runs the model twice per step (with and without the prompt)."""
+    params: float
+    """Parameters of the transformer, as its model card states them."""
+    video: bool
+    source: str
+    default: tuple[int, int, int, int]
+    """Height, width, frames, steps the model card generates at."""
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * BYTES_PER_PARAM
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames of a clip: the first frame alone, then one per `vae_temporal` frames."""
+        if not self.video:
+            if frames != 1:
+                raise WorkloadError(f"{self.name} makes images: frames must be 1, got {frames}")
+            return 1
+        if frames < 1 or (frames - 1) % self.vae_temporal:
+            raise WorkloadError(
+                f"{self.name}: frames must be 1 + a multiple of {self.vae_temporal} (e.g. "
+                f"{self.default[2]}), got {frames}"
+            )
+        return (frames - 1) // self.vae_temporal + 1
+
+    def grid(self, height: int, width: int, frames: int) -> tuple[int, int, int]:
+        """Tokens along time, rows and columns; WorkloadError if the size does not patch evenly."""
+        pt, ph, pw = self.patch
+        step_h, step_w = self.vae_spatial * ph, self.vae_spatial * pw
+        if height < step_h or width < step_w or height % step_h or width % step_w:
+            raise WorkloadError(
+                f"{self.name}: {height}x{width} does not patch evenly; height must be a multiple of {step_h} "
+                f"and width of {step_w} pixels"
+            )
+        latent = self.latent_frames(frames)
+        if latent % pt:
+            raise WorkloadError(f"{self.name}: {latent} latent frames do not split into patches of {pt}")
+        return latent // pt, height // step_h, width // step_w
+
+    def image_tokens(self, height: int, width: int, frames: int = 1) -> int:
+        """Tokens of the latent a request denoises."""
+        t, h, w = self.grid(height, width, frames)
+        return t * h * w
+
+    def sequence(self, height: int, width: int, frames: int = 1) -> int:
+        """Tokens of one self-attention: the image tokens, and the text tokens where they join it."""
+        joint = self.text_tokens if self.text == "joint" else 0
+        return self.image_tokens(height, width, frames) + joint
+
+
+MODELS: dict[str, DiTModel] = {
+    m.name: m
+    for m in (
+        # black-forest-labs/FLUX.1-dev transformer/config.json: num_layers 19 (double-stream) +
+        # num_single_layers 38, num_attention_heads 24 x attention_head_dim 128, MLP ratio 4, latents packed
+        # 2x2 (in_channels 64 = 16 channels x 4), VAE 8x; T5 max_sequence_length 512 in the dev pipeline;
+        # guidance_embeds true (guidance distilled, no CFG pass). Model card: 12 billion parameters.
+        DiTModel("flux.1-dev", 57, 3072, 24, 128, 12288, (1, 2, 2), 1, 8, 16, 512, "joint", False, 12e9,
+                 False, "black-forest-labs/FLUX.1-dev transformer/config.json", (1024, 1024, 1, 28)),
+        # stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json: num_layers 24,
+        # num_attention_heads 24 x attention_head_dim 64, patch_size 2, in_channels 16, VAE 8x; joint text
+        # of 77 CLIP + 256 T5 tokens (the pipeline's max_sequence_length); CFG. Model card: 2B parameters.
+        DiTModel("sd3-medium", 24, 1536, 24, 64, 6144, (1, 2, 2), 1, 8, 16, 333, "joint", True, 2e9,
+                 False, "stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json",
+                 (1024, 1024, 1, 28)),
+        # PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json: num_layers 28,
+        # num_attention_heads 16 x attention_head_dim 72, patch_size 2, in_channels 4 (SDXL VAE, 8x),
+        # cross-attention to 300 T5 tokens; CFG. Paper: 0.6B parameters.
+        DiTModel("pixart-sigma", 28, 1152, 16, 72, 4608, (1, 2, 2), 1, 8, 4, 300, "cross", True, 0.6e9,
+                 False, "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json",
+                 (1024, 1024, 1, 20)),
+        # Tencent-Hunyuan/HunyuanDiT-v1.2-Diffusers transformer/config.json: num_layers 40,
+        # num_attention_heads 16 x attention_head_dim 88, mlp_ratio 4.3637 (6144), patch_size 2,
+        # in_channels 4, VAE 8x, cross-attention to 77 CLIP + 256 T5 tokens; CFG. Model card: 1.5B.
+        DiTModel("hunyuandit", 40, 1408, 16, 88, 6144, (1, 2, 2), 1, 8, 4, 333, "cross", True, 1.5e9,
+                 False, "Tencent-Hunyuan/HunyuanDiT-v1.2-Diffusers transformer/config.json",
+                 (1024, 1024, 1, 50)),
+        # tencent/HunyuanVideo (diffusers transformer/config.json): num_layers 20 (double-stream) +
+        # num_single_layers 40, num_attention_heads 24 x attention_head_dim 128, mlp_ratio 4, patch_size 2,
+        # patch_size_t 1, in_channels 16; 3D VAE 4x in time, 8x in space; 256 text tokens (text_len);
+        # guidance_embeds true (no CFG pass). Paper: 13 billion parameters.
+        DiTModel("hunyuanvideo", 60, 3072, 24, 128, 12288, (1, 2, 2), 4, 8, 16, 256, "joint", False, 13e9,
+                 True, "tencent/HunyuanVideo transformer/config.json", (720, 1280, 129, 50)),
+        # THUDM/CogVideoX-5b transformer/config.json: num_layers 42, num_attention_heads 48 x
+        # attention_head_dim 64, patch_size 2, in_channels 16, max_text_seq_length 226 (joint), VAE 4x in
+        # time (temporal_compression_ratio) and 8x in space; CFG. Model card: 5B parameters.
+        DiTModel("cogvideox-5b", 42, 3072, 48, 64, 12288, (1, 2, 2), 4, 8, 16, 226, "joint", True, 5e9,
+                 True, "THUDM/CogVideoX-5b transformer/config.json", (480, 720, 49, 50)),
+        # Wan-AI/Wan2.1-T2V-14B config.json: num_layers 40, dim 5120, num_heads 40 (head dim 128),
+        # ffn_dim 13824, patch_size (1, 2, 2), in_dim 16; Wan-VAE 4x in time, 8x in space; cross-attention
+        # to 512 umT5 tokens (text_len); CFG (sample_guide_scale 5.0). Model card: 14B parameters.
+        DiTModel("wan2.1-14b", 40, 5120, 40, 128, 13824, (1, 2, 2), 4, 8, 16, 512, "cross", True, 14e9,
+                 True, "Wan-AI/Wan2.1-T2V-14B config.json", (720, 1280, 81, 50)),
+    )
+}  # fmt: skip
+
+
+def model(name: str) -> DiTModel:
+    """The model called `name`; WorkloadError names the known ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise WorkloadError(f"unknown model {name!r}; models: {', '.join(MODELS)}") from None

@@ -1,0 +1,132 @@
+"""The plan enumerator keeps xDiT's validity rules, and the cost model reproduces published behaviour."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from targets.dit.models import MODELS
+from targets.dit.plans import Plan, Request, memory_bytes, plans, ranked, step_cost
+from targets.dit.pricing import Pricing, gpu_pricing
+from targets.dit.topology import TOPOLOGIES
+
+H100 = gpu_pricing(TOPOLOGIES["h100-nvlink"])
+
+
+def _request(name: str, steps: int | None = None) -> Request:
+    m = MODELS[name]
+    height, width, frames, default_steps = m.default
+    return Request(m, height, width, frames if m.video else 1, steps or default_steps)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("topology", ["h100-nvlink", "l40-pcie", "h100-nvlink-x2"])
+def test_every_enumerated_plan_keeps_xdits_rules(name: str, topology: str) -> None:
+    request, pricing = _request(name), gpu_pricing(TOPOLOGIES[topology])
+    for n in (1, 2, 4, 8, 16):
+        if n > pricing.topology.gpus:
+            continue
+        for plan in plans(request, range(n), pricing):
+            assert plan.degree == n == len(plan.gpus)
+            assert request.model.heads % (plan.ulysses * plan.tensor) == 0
+            assert plan.cfg in ((1, 2) if request.model.cfg else (1,))
+            assert request.tokens % (plan.ulysses * plan.ring * plan.patches) == 0
+            assert memory_bytes(request, plan) <= pricing.topology.gpu.memory_bytes
+
+
+def test_groups_follow_xdits_rank_order_tensor_innermost() -> None:
+    plan = Plan(cfg=2, pipefusion=1, patches=1, ring=2, ulysses=2, tensor=1, gpus=tuple(range(8)))
+    assert plan.groups("ulysses") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert plan.groups("ring") == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert plan.groups("cfg") == [(0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def test_sequence_degrees_must_divide_the_heads_and_the_tokens() -> None:
+    # Flux has 24 heads: Ulysses-8 divides them, Ulysses-16 does not.
+    assert {p.ulysses for p in plans(_request("flux.1-dev"), range(16))} >= {8} - {16}
+    assert 16 not in {p.ulysses for p in plans(_request("flux.1-dev"), range(16))}
+    # CogVideoX-5B has 48 heads but 13 x 30 x 45 = 17,550 tokens at 480x720x49: no sequence degree of 4.
+    cog = _request("cogvideox-5b")
+    assert cog.tokens == 17_550
+    assert all((p.ulysses * p.ring) % 4 for p in plans(cog, range(16)))
+
+
+def test_a_request_too_big_for_one_l40_needs_a_plan_that_shares_it() -> None:
+    wan = Request(MODELS["wan2.1-14b"], 720, 1280, 121, 50)  # 28 GB of weights, 2 x 113,400 tokens (CFG)
+    l40 = gpu_pricing(TOPOLOGIES["l40-pcie"])
+    assert memory_bytes(wan, Plan(1, 1, 1, 1, 1, 1, (0,))) > 48e9
+    assert list(plans(wan, (0,), l40)) == []
+    assert list(plans(wan, (0,), H100))
+    assert Plan(2, 1, 1, 1, 1, 1, (0, 1)) in set(plans(wan, (0, 1), l40))  # CFG halves the activations
+
+
+def test_flux_1024px_on_4_h100s_ranks_ulysses_4_first_and_ring_4_behind_it() -> None:
+    """xDiT docs/performance/flux.md, FLUX.1-dev, 1024px, 28 steps, H100, torch.compile (s):
+    1 GPU 4.30, Ulysses-2 2.68, Ring-2 2.60, Ulysses-2 x Ring-2 1.80, Ulysses-4 1.63, Ring-4 1.98."""
+    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28)
+    sequence_plans = [
+        c
+        for n in (1, 2, 4)
+        for c in ranked(request, range(n), H100)
+        if c.plan.pipefusion == c.plan.tensor == 1
+    ]
+    order = [c.plan.label for c in sorted(sequence_plans, key=lambda c: c.total_s)]
+    assert order[0] == "ulysses4"
+    assert order.index("ring4") > 0
+    assert order[-1] == "single"
+
+
+HUNYUANVIDEO_H100_ULYSSES_S = {1: 1904.08, 2: 925.04, 4: 514.08, 8: 337.58}
+"""xDiT docs/performance/hunyuanvideo.md: HunyuanVideo 1280x720, 129 frames, 50 steps, Ulysses latency on
+H100 (seconds), end to end in the official HunyuanVideo repository."""
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        1,
+        2,
+        4,
+        pytest.param(
+            8,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the cost model prices the transformer's 50 steps only (213 s on 8 GPUs); "
+                "xDiT's 337.58 s is end to end, and the published times imply ~140 s that does not "
+                "shrink with GPUs (text encoders, VAE decoding): 925.04 - 337.58 = 587.46 s is 3/8 of "
+                "50 one-GPU steps, which leaves 140 s over. No measured HunyuanVideo VAE time was found.",
+            ),
+        ),
+    ],
+)
+def test_hunyuanvideo_720p_ulysses_is_within_20_percent_of_xdits_published_times(gpus: int) -> None:
+    request = Request(MODELS["hunyuanvideo"], 720, 1280, 129, 50)
+    plan = Plan(1, 1, 1, 1, gpus, 1, tuple(range(gpus)))
+    predicted = step_cost(request, plan, H100).total_s
+    assert predicted == pytest.approx(HUNYUANVIDEO_H100_ULYSSES_S[gpus], rel=0.20)
+
+
+def test_the_planners_best_is_the_exhaustive_optimum_on_a_grid() -> None:
+    for name in ("flux.1-dev", "sd3-medium", "hunyuanvideo", "cogvideox-5b"):
+        request = _request(name, steps=20)
+        for topology in ("h100-nvlink", "a100-nvlink", "l40-pcie", "h100-nvlink-x2"):
+            pricing = gpu_pricing(TOPOLOGIES[topology])
+            for n in (1, 2, 4, 8):
+                costs = ranked(request, range(n), pricing)
+                every = [step_cost(request, p, pricing).total_s for p in plans(request, range(n), pricing)]
+                assert costs[0].total_s == min(every)
+                assert all(math.isfinite(c.total_s) and c.total_s > 0 for c in costs)
+
+
+def test_going_from_4_to_8_gpus_helps_little_across_pcie_sockets_and_much_over_nvlink() -> None:
+    """xDiT (docs/performance/hunyuandit.md): "there is no significant change in latency between 8 GPUs
+    and 4 GPUs on L40 ... due to PCIe limitations" across sockets, while 8 GPUs on NVLink keep scaling."""
+    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28)
+    l40 = gpu_pricing(TOPOLOGIES["l40-pcie"])
+
+    def ulysses(n: int, pricing: Pricing) -> float:
+        return step_cost(request, Plan(1, 1, 1, 1, n, 1, tuple(range(n))), pricing).total_s
+
+    assert ulysses(4, l40) / ulysses(8, l40) < 1.1
+    assert ulysses(4, H100) / ulysses(8, H100) > 1.5
