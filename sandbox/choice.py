@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import targets
 
 from .base import Sandbox, SandboxUnavailable
-from .docker import DockerSandbox
+from .docker import DockerSandbox, connect
 from .job import Job
 from .process import ProcessSandbox
 
@@ -17,10 +17,12 @@ BACKENDS = ("auto", "docker", "process")
 
 
 def choose_sandbox(name: str) -> tuple[Sandbox, str]:
-    """The backend for `name` and a short reason that the CLI prints on stderr.
+    """The backend for `name` and a few words of why, for the one line a front end prints on stderr.
 
     auto takes Docker when the engine answers and the image for this source exists, else the process
-    backend; asking for docker where it cannot run is an error that says how to make it run.
+    backend, and says so in a few words: a user who never asked for Docker reads one short line, and
+    `--sandbox docker` gives the whole reason (asking for docker where it cannot run is an error that says
+    how to make it run).
     """
     if name == "process":
         return ProcessSandbox(), "asked for"
@@ -28,11 +30,20 @@ def choose_sandbox(name: str) -> tuple[Sandbox, str]:
         return DockerSandbox(), "asked for"
     if name == "auto":
         try:
-            docker = DockerSandbox()
-        except SandboxUnavailable as exc:
-            return ProcessSandbox(), f"auto; docker unavailable: {exc}"
-        return docker, f"auto; the Docker engine answers and {docker.image} exists"
+            client = connect()
+        except SandboxUnavailable:
+            return ProcessSandbox(), "no Docker engine; --sandbox docker to require it"
+        try:
+            docker = DockerSandbox(client=client)
+        except SandboxUnavailable:
+            return ProcessSandbox(), "no image for this source: crucible sandbox build makes it"
+        return docker, "auto"
     raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def notice(sandbox: Sandbox, reason: str) -> str:
+    """The line a front end prints on stderr before it runs anything: plain text, short enough not to wrap."""
+    return f"sandbox: {sandbox.name} ({reason})"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from docker.types import LogConfig, Mount, Ulimit
 import targets
 
 from .base import SandboxUnavailable
+from .files import read_files, relocated
 from .image import BUILD_COMMAND, LABEL, has_image, image_name
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
@@ -159,7 +160,7 @@ class DockerSandbox:
                 result = _classify(watch, code, oom, job.limits)
         finally:
             containers.finished(started, (sent, mounts) if self.prewarm else None)
-        return result
+        return replace(result, message=_host_paths(result.message, mounts))
 
 
 @dataclass
@@ -420,17 +421,18 @@ def _host_config(limits: Limits, mounts: list[Mount]) -> dict[str, Any]:
 
 
 def _mapped(job: Job) -> tuple[Job, list[Mount]]:
-    """The job as the container sees it: each workload file bound read-only below WORKLOADS."""
-    inside: dict[str, str] = {}
-    mounts: list[Mount] = []
-    for instance in job.instances:
-        path = Path(instance.workload)
-        if instance.workload in inside or not path.is_file():
-            continue  # generated workloads need no file; a missing one is reported by the worker
-        inside[instance.workload] = f"{WORKLOADS}/{len(mounts)}/{path.name}"
-        mounts.append(Mount(inside[instance.workload], str(path.resolve()), type="bind", read_only=True))
-    instances = tuple(replace(i, workload=inside.get(i.workload, i.workload)) for i in job.instances)
-    return replace(job, instances=instances), mounts
+    """The job as the container sees it: each file its target reads bound read-only below WORKLOADS, and
+    every value naming one rewritten to where it is mounted. Nothing else of the host is visible."""
+    inside = {path: f"{WORKLOADS}/{n}/{path.name}" for n, path in enumerate(read_files(job))}
+    mounts = [Mount(there, str(path), type="bind", read_only=True) for path, there in inside.items()]
+    return relocated(job, inside), mounts
+
+
+def _host_paths(message: str, mounts: list[Mount]) -> str:
+    """A message from inside names the user's files as the user knows them, not where they were mounted."""
+    for mount in mounts:
+        message = message.replace(mount["Target"], mount["Source"])
+    return message
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .base import SandboxUnavailable
+from .files import absolute
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
 
@@ -95,8 +96,8 @@ class ProcessSandbox:
             scratch = Path(tempfile.mkdtemp(prefix="crucible-job-"))
         except OSError as exc:
             return Result("crashed", f"cannot create a temp dir: {exc}", backend=self.name)
-        try:
-            result = self._run_in(scratch, job, start + job.limits.wall_s)
+        try:  # the job runs in the scratch folder: the files it reads are named by absolute paths
+            result = self._run_in(scratch, absolute(job), start + job.limits.wall_s)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return replace(result, backend=self.name, seconds=time.monotonic() - start)

@@ -27,6 +27,7 @@ def add_parsers(sub: Any) -> None:
     b.add_argument(
         "--mirror", default=DEBIAN_MIRROR, help="Debian mirror for --offline (default: %(default)s)"
     )
+    b.add_argument("--json", action="store_true", help="the image's name as JSON on stdout")
     c = ssub.add_parser("check", help="run a baseline job on each backend and say which work and why not")
     c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
@@ -39,7 +40,7 @@ def sandbox(args: argparse.Namespace) -> None:
             )
         except BuildError as exc:
             raise UserError(str(exc)) from None
-        print(name)
+        print(json.dumps({"image": name, "offline": args.offline}) if args.json else name)
         return
     found = survey()
     if args.json:
