@@ -110,7 +110,8 @@ def _fill_row(X, j, r, now, S, free, queued, batch, ttft_slo, tpot_slo):
     X[j, 17] = S[r, _OUTPUT] - generated  # the oracle column
 
 
-def _plan(key, P, S, live, now, setting, X, rows_out, preempted):
+@njit(cache=True)
+def plan(key, P, S, live, now, setting, X, rows_out, preempted):
     """Decide one iteration over the `live` requests (arrived, not done, in arrival order).
 
     `setting` is (free blocks, token budget, block tokens, max sequences, TTFT SLO, TPOT SLO). Fills
@@ -186,7 +187,7 @@ def _plan(key, P, S, live, now, setting, X, rows_out, preempted):
 
 
 @njit(cache=True)
-def _commit(S, ids, tokens, rows, end, free):
+def commit(S, ids, tokens, rows, end, free):
     """Advance the served requests after the iteration ended at `end`; returns the free blocks after."""
     for i in range(rows):
         r = ids[i]
@@ -204,6 +205,17 @@ def _commit(S, ids, tokens, rows, end, free):
     return free
 
 
+@njit(cache=True)
+def drop_done(S, live, count):
+    """Keep, in order and in place, the first `count` of `live` that are not done; returns how many."""
+    kept = 0
+    for i in range(count):
+        if S[live[i], _STATUS] != DONE:
+            live[kept] = live[i]
+            kept += 1
+    return kept
+
+
 _F64, _I64 = types.float64[::1], types.int64[::1]
 _PLAN_SIGNATURE = types.UniTuple(types.int64, 3)(
     FUNCTION_TYPE, _F64, types.float64[:, ::1], _I64, types.float64, _F64, types.float64[:, ::1],
@@ -214,10 +226,10 @@ _PLAN_SIGNATURE = types.UniTuple(types.int64, 3)(
 @functools.cache
 def compiled_plan() -> Callable[..., tuple[int, int, int]]:
     """The planner compiled once per process for any candidate key (a first-class function argument)."""
-    return njit(_PLAN_SIGNATURE, cache=True)(_plan)
+    return njit(_PLAN_SIGNATURE, cache=True)(plan.py_func)
 
 
-class _Key(WrapperAddressProtocol):
+class CompiledKey(WrapperAddressProtocol):
     """A compiled key as the planner's function argument, resolved to its address once: numba would
     otherwise look the address up on every call, which costs more than planning an iteration."""
 
@@ -269,6 +281,23 @@ class Served:
         return self.state[:, _RECOMPUTED]
 
 
+def initial_state(requests: Requests) -> np.ndarray:
+    """Per-request state before the first iteration: every request waiting, nothing computed."""
+    S = np.zeros((requests.n, _N_STATE))
+    S[:, _ARRIVAL] = requests.arrival_s
+    S[:, _PROMPT] = requests.prompt_tokens
+    S[:, _OUTPUT] = requests.output_tokens
+    S[:, _LAST_RUN] = requests.arrival_s
+    S[:, _FIRST] = np.nan
+    S[:, _FINISH] = np.nan
+    return S
+
+
+def unfinished(S: np.ndarray) -> int:
+    """Requests not done in a state."""
+    return int(np.sum(S[:, _STATUS] != DONE))
+
+
 def serve(
     requests: Requests,
     limits: Limits,
@@ -286,14 +315,8 @@ def serve(
     """
     limits.check(requests)
     n = requests.n
-    S = np.zeros((n, _N_STATE))
-    S[:, _ARRIVAL] = requests.arrival_s
-    S[:, _PROMPT] = requests.prompt_tokens
-    S[:, _OUTPUT] = requests.output_tokens
-    S[:, _LAST_RUN] = requests.arrival_s
-    S[:, _FIRST] = np.nan
-    S[:, _FINISH] = np.nan
-    plan, scorer = compiled_plan(), _Key(key)
+    S = initial_state(requests)
+    planner, scorer = compiled_plan(), CompiledKey(key)
     X = np.zeros((n, N_COLUMNS))
     rows_out = np.zeros((3, limits.token_budget), dtype=np.int64)
     ids, starts, tokens = rows_out
@@ -313,16 +336,16 @@ def serve(
             now = float(requests.arrival_s[arrived])
             continue
         setting[0] = free
-        rows, lost, free = plan(scorer, params, S, live, now, setting, X, rows_out, preempted)
+        rows, lost, free = planner(scorer, params, S, live, now, setting, X, rows_out, preempted)
         batch = Batch(ids[:rows].copy(), starts[:rows].copy(), tokens[:rows].copy(), preempted[:lost].copy())
         if rows == 0:  # a request that preempted itself: plan again, now with room to admit
             if lost == 0:
                 raise RuntimeError("the scheduler is stuck: live requests, none schedulable")
             continue
         now += executor(batch) / 1e3
-        free = _commit(S, batch.ids, batch.tokens, rows, now, free)
+        free = commit(S, batch.ids, batch.tokens, rows, now, free)
         iterations += 1
         if observe is not None:
             observe(batch, S, free)
         live = live[S[live, _STATUS] != DONE]
-    return Served(S, iterations, now, int(np.sum(S[:, _STATUS] != DONE)))
+    return Served(S, iterations, now, unfinished(S))
