@@ -21,8 +21,15 @@ def _batching() -> Target:
     return BatchingTarget()
 
 
+def _dit() -> Target:
+    from .dit.target import DiTTarget
+
+    return DiTTarget()
+
+
 _TARGETS["kv"] = _kv
 _TARGETS["batching"] = _batching
+_TARGETS["dit"] = _dit
 
 
 def names() -> tuple[str, ...]:

@@ -32,7 +32,7 @@ FA2_H100_TFLOPS = np.array([191.0, 260.0, 298.0, 319.0, 333.0, 335.0])
 H100_PEAK_TFLOPS = 989.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Pricing:
     """Seconds of operators on one GPU of a topology, and of collectives over groups of its GPUs."""
 
