@@ -139,14 +139,16 @@ class Option:
             return self.check(lowered in ("true", "1", "yes"))
         if self.type == "int":
             try:
-                return self.check(int(text))
+                number: Any = int(text)
             except ValueError:
                 raise OptionError(f"option {self.name}: expected a whole number, got {text!r}") from None
+            return self.check(number)  # outside the try: OptionError is a ValueError too
         if self.type == "float":
             try:
-                return self.check(float(text))
+                number = float(text)
             except ValueError:
                 raise OptionError(f"option {self.name}: expected a number, got {text!r}") from None
+            return self.check(number)
         return self.check(text)
 
     def check(self, value: Any) -> Any:
