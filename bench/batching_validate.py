@@ -1,9 +1,9 @@
 """Simulator against real engine on an Azure conversation slice: rankings by mean TTFT and per-policy errors.
 
 Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the heuristic a search found
-(bench/policies/found_batching.py) through the batching target in the
-sandbox, each served twice on the same scaled-down slice (priced by the cost model, and run on real kernels
-in the engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT.
+(bench/policies/found_batching.py) through `crucible validate --target batching` in the sandbox, each
+served twice on the same scaled-down slice (priced by the cost model, and run on real kernels in the
+engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT.
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from search.batching_validate import batching_instance, validate_batching
+from search.cli import main as crucible
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "batching" / "azure_llm_conv_2023_train.csv"
@@ -33,16 +33,12 @@ def main() -> None:
     parser.add_argument("--max-output", type=int, default=32)
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
-    instance = batching_instance(
-        args.trace,
-        args.requests,
-        args.capacity,
-        args.block_tokens,
-        args.load,
-        args.token_divisor,
-        args.max_output,
-    )
-    validate_batching(["fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)], instance, args.sandbox)
+    crucible(
+        ["validate", "--target", "batching", "--workload", args.trace, "--requests", args.requests,
+         "--capacity", str(args.capacity), "--block-tokens", str(args.block_tokens), "--load", str(args.load),
+         "--token-divisor", str(args.token_divisor), "--max-output", str(args.max_output),
+         "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND), "--sandbox", args.sandbox]
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""What every `crucible validate` shares: a sandbox job per candidate, rank agreement, the torch check."""
+"""`crucible validate`, for any target that declares a Validation: each policy in the simulator and in the
+real engine on the same slice, the two rankings, their agreement, each figure's error and the target's checks.
+
+Every policy runs in the sandbox, as in a search, one job at a time so the engine's timings have the cores.
+What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
+module knows no target."""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Limits
-from targets.base import Instance
+from targets.base import Instance, Validation
 
 from .errors import UserError
 
@@ -18,10 +24,11 @@ ENGINE_LIMITS = Limits(wall_s=7200.0, memory_mb=16384, cpu_s=14400)
 """A replay in the engine runs real kernels for minutes and maps torch: far above a simulator job."""
 
 
-def require_torch(command: str) -> None:
-    """A clear one-line error where the torch extra is not installed."""
-    if importlib.util.find_spec("torch") is None:
-        raise UserError(f"{command} needs PyTorch: pip install 'crucible[torch]'")
+def require(command: str, modules: tuple[str, ...]) -> None:
+    """A clear one-line error where a module the command needs (an extra of the same name) is missing."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise UserError(f"{command} needs {module}: pip install 'crucible[{module}]'")
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float:
@@ -79,3 +86,100 @@ def run_candidates(
                 raise UserError(f"{name}: {result.status}: {result.message}")
             rows[name] = result.instances[0].metrics
     return rows
+
+
+def relative_error(simulated: float, measured: float) -> float | None:
+    """|simulated - measured| / |measured|; None where the engine measured zero and the simulator did not."""
+    if measured:
+        return abs(simulated - measured) / abs(measured)
+    return 0.0 if simulated == measured else None
+
+
+def report(validation: Validation, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per policy, its metrics, both ranks and each compared figure's error; then the rankings' agreement,
+    the ranking figure's error range, the `largest` figures and every check with its verdict."""
+    names = list(rows)
+    ranked = validation.ranked
+    best_first = validation.direction == "maximize"
+
+    def ranks(metric: str) -> dict[str, int]:
+        ordered = sorted(names, key=lambda n: rows[n][metric], reverse=best_first)
+        return {n: i + 1 for i, n in enumerate(ordered)}
+
+    sim, engine = ranks(ranked.simulated), ranks(ranked.measured)
+    policies = {
+        n: {
+            **rows[n],
+            "sim_rank": sim[n],
+            "engine_rank": engine[n],
+            **{
+                f"error_{c.simulated}": relative_error(rows[n][c.simulated], rows[n][c.measured])
+                for c in validation.compared
+            },
+        }
+        for n in names
+    }
+    errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
+    figures: dict[str, Any] = {
+        "kendall_tau": kendall_tau(
+            [rows[n][ranked.simulated] for n in names], [rows[n][ranked.measured] for n in names]
+        ),
+        "error_min": min(errors, default=None),
+        "error_max": max(errors, default=None),
+        **{name: max(rows[n][metric] for n in names) for name, metric in validation.largest.items()},
+    }
+    checks = [
+        {
+            "figure": c.figure,
+            "bound": c.bound(),
+            "value": figures[c.figure],
+            "passed": figures[c.figure] is not None and c.passed(figures[c.figure]),
+        }
+        for c in validation.checks
+    ]
+    return {
+        "ranked_by": ranked.simulated,
+        "direction": validation.direction,
+        "policies": policies,
+        **figures,
+        "checks": checks,
+    }
+
+
+def table(validation: Validation, title: str, result: dict[str, Any]) -> Table:
+    """Both ranks, each compared figure simulated and measured (the ranking figure's error beside it),
+    and the target's other shown metrics; policies in the engine's order."""
+    out = Table(title=f"simulator against engine: {title}")
+    ranked = validation.ranked
+    columns = ["policy", "sim rank", "engine rank"]
+    for c in validation.compared:
+        columns += [f"sim {c.label}", f"engine {c.label}", *(["error"] if c is ranked else [])]
+    columns += [s.label for s in validation.shown]
+    for col in columns:
+        out.add_column(col, justify="left" if col == "policy" else "right")
+    for name, row in sorted(result["policies"].items(), key=lambda item: item[1]["engine_rank"]):
+        cells = [name, str(row["sim_rank"]), str(row["engine_rank"])]
+        for c in validation.compared:
+            cells += [format(row[c.simulated], c.fmt), format(row[c.measured], c.fmt)]
+            if c is ranked:
+                error = row[f"error_{c.simulated}"]
+                cells.append("n/a" if error is None else f"{error:.1%}")
+        cells += [format(row[s.metric], s.fmt) for s in validation.shown]
+        out.add_row(*cells)
+    return out
+
+
+def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
+    """The report's figures in words: agreement, error range, largest figures, each check's verdict."""
+    low, high = result["error_min"], result["error_max"]
+    errors = "n/a" if low is None else f"{low:.1%} to {high:.1%}"
+    lines = [
+        f"Kendall tau of the rankings by {validation.rank_by}: {result['kendall_tau']:.3f}; "
+        f"per-policy error of {validation.rank_by} {errors}"
+    ]
+    lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
+    for check in result["checks"]:
+        value = "n/a" if check["value"] is None else f"{check['value']:.3g}"
+        verdict = "ok" if check["passed"] else "FAILS"
+        lines.append(f"check {check['figure']} {check['bound']}: {value} {verdict}")
+    return lines

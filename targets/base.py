@@ -209,6 +209,79 @@ class Command:
     run: Callable[[Mapping[str, Any]], CommandResult]
 
 
+@dataclass(frozen=True)
+class Compared:
+    """A figure the simulator predicts (`simulated`, a metric of the evaluation) and the engine measures
+    (`measured`, a metric of the same evaluation on an engine instance); shown as `label`, formatted by
+    `fmt` (a format spec, e.g. ".1f" or ".2%")."""
+
+    label: str
+    simulated: str
+    measured: str
+    fmt: str = ".1f"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One more metric a validation table shows per policy, as it is (no counterpart to compare with)."""
+
+    label: str
+    metric: str
+    fmt: str = ".1f"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A bound a figure of the validation report must meet for the simulator's ranking to be trusted:
+    `figure` is "kendall_tau", "error_max" (the ranking figure's worst per-policy error) or a name of
+    `Validation.largest`."""
+
+    figure: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def passed(self, value: float) -> bool:
+        return (self.at_least is None or value >= self.at_least) and (
+            self.at_most is None or value <= self.at_most
+        )
+
+    def bound(self) -> str:
+        parts = [f">= {self.at_least:g}"] if self.at_least is not None else []
+        return " and ".join([*parts, *([f"<= {self.at_most:g}"] if self.at_most is not None else [])])
+
+
+@dataclass(frozen=True)
+class Validation:
+    """How a target's simulator is checked against the real engine (`crucible validate`), as data.
+
+    `instance(workload, values)` builds the slice both serve from the checked `options` values: an
+    Instance whose config asks `evaluate` for the engine's figures too (WorkloadError or OptionError on
+    bad input). Every compared figure is shown simulated against measured with its relative error;
+    policies are ranked by `rank_by` (a compared figure's label) in `direction`, in the simulator and in
+    the engine, and Kendall's tau says how well the two rankings agree. `largest` names report figures
+    that are the largest value of a metric over the policies (e.g. a logit difference that must stay
+    tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent).
+    """
+
+    options: tuple[Option, ...]
+    instance: Callable[[str, Mapping[str, Any]], Instance]
+    compared: tuple[Compared, ...]
+    rank_by: str
+    direction: Literal["maximize", "minimize"]
+    shown: tuple[Shown, ...] = ()
+    largest: Mapping[str, str] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
+    requires: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.rank_by not in {c.label for c in self.compared}:
+            raise ValueError(f"rank_by {self.rank_by!r} is not the label of a compared figure")
+
+    @property
+    def ranked(self) -> Compared:
+        return next(c for c in self.compared if c.label == self.rank_by)
+
+
 def resolve_options(options: tuple[Option, ...], given: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults of `options` overlaid with checked `given` values; OptionError on an unknown name."""
     known = {o.name: o for o in options}
@@ -273,6 +346,10 @@ class Target(Protocol):
         """The target's own commands (e.g. DiT's `plan`); most targets have none."""
         ...
 
+    def validation(self) -> Validation | None:
+        """How `crucible validate` checks the simulator against the real engine; None where there is none."""
+        ...
+
 
 def packaged_baselines(package: str) -> dict[str, str]:
     """The baselines a target ships in candidate form: `<package>/baselines/<name>.py`, by name."""
@@ -282,3 +359,14 @@ def packaged_baselines(package: str) -> dict[str, str]:
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)
         if entry.name.endswith(".py")
     }
+
+
+def request_window(text: str, n: int) -> tuple[int, int]:
+    """A slice `START:STOP` of a workload of `n` requests; OptionError names the option and the range."""
+    try:
+        start, stop = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise OptionError(f"option requests: expected START:STOP, got {text!r}") from None
+    if not 0 <= start < stop <= n:
+        raise OptionError(f"option requests: need 0 <= START < STOP <= {n} requests, got {text!r}")
+    return start, stop

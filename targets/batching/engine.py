@@ -1,4 +1,4 @@
-"""Continuous batching in the real engine: each scheduler iteration is one forward pass of the Transformer.
+"""The batching target's adapter to the engine: each scheduler iteration is one forward pass of the model.
 
 The batching target's scheduler decides every iteration (which prefill chunks, which decodes, who is
 preempted) and this executor runs it over a paged KV pool of exactly the scheduler's block budget: the
@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from targets.batching.scheduler import Batch, Limits
-from targets.batching.trace import Requests
+from targets.engine.model import KVPool, Transformer
 
-from .model import KVPool, Transformer
+from .scheduler import Batch, Limits
+from .trace import Requests
 
 
 def prompt_tokens(request: int, length: int, vocab: int, seed: int) -> list[int]:

@@ -51,8 +51,9 @@ class PricedExecutor:
 
 def engine_executor(requests: Requests, limits: Limits, settings: Mapping[str, Any]) -> Executor:
     """The real engine as an executor: a random-weight model of the settings' shape and seed."""
-    from targets.engine.batching import EngineExecutor
     from targets.engine.model import Transformer
+
+    from .engine import EngineExecutor
 
     seed = int(settings.get("seed", 0))
     model = Transformer(MODELS[str(settings.get("model", "tiny"))], seed=seed)

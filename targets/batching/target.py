@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, WorkloadError, packaged_baselines
+from targets.base import FeatureRegistry, Instance, Objective, Validation, WorkloadError, packaged_baselines
 from targets.costmodel.model import DEFAULT_PROFILE
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
@@ -116,6 +116,11 @@ class BatchingTarget:
 
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("srpt",)
+
+    def validation(self) -> Validation:
+        from .validation import VALIDATION  # it builds instances with this module's readers
+
+        return VALIDATION
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         values = param_vector(program, params)

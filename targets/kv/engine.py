@@ -1,4 +1,4 @@
-"""Replay a prefix-block trace through the engine: real prefills with and without cache reuse, and decodes.
+"""The kv target's adapter to the engine: a prefix-block trace replayed with real prefills and decodes.
 
 The cache's contents follow the eviction decisions of the kv target's compiled mechanism (recorded while it
 replays the same trace with the same policy), so the engine and the simulator differ only in what they
@@ -9,7 +9,7 @@ Requests run one after another in arrival order, as the simulator replays them; 
 twice (over its cached prefix, and from scratch without the cache) and the two last-token logits must
 agree, so the cache is shown correct on every request with a hit, not only fast. A request without a hit
 runs the same kernels either way, so it runs once and saves nothing by construction. Serving several
-requests at once under a batching policy is targets/engine/batching.py; this replay isolates the cache.
+requests at once under a batching policy is targets/batching/engine.py; this replay isolates the cache.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from targets.kv.trace import Trace
+from targets.engine.model import KVPool, Transformer
 
-from .model import KVPool, Transformer
+from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class ReplayReport:
     prefill_ms_full: float
     prefill_ms_reuse: float
     prefill_ms_saved: float
+    prefill_share_saved: float
+    """The share of all prefill time the hits saved: free of how fast the machine ran while measured."""
     ttft_ms_mean: float
     ttft_ms_p50: float
     tpot_ms_mean: float
@@ -162,6 +164,7 @@ def replay(
         prefill_ms_full=float(sum(full_ms)),
         prefill_ms_reuse=float(sum(reuse_ms)),
         prefill_ms_saved=float(sum(full_ms) - sum(reuse_ms)),
+        prefill_share_saved=float(1.0 - sum(reuse_ms) / sum(full_ms)) if sum(full_ms) > 0 else 0.0,
         ttft_ms_mean=float(np.mean(ttfts)),
         ttft_ms_p50=float(np.median(ttfts)),
         tpot_ms_mean=float(np.mean(tpots)) if tpots else 0.0,

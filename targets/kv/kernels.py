@@ -58,7 +58,8 @@ def engine_metrics(
     if not np.array_equal(trace.input_tokens, np.diff(trace.offsets) * trace.block_size):
         raise WorkloadError("the engine replays whole blocks: give the instance a block_tokens size")
     from targets.engine.model import Transformer
-    from targets.engine.replay import replay
+
+    from .engine import replay
 
     model = Transformer(MODELS[str(settings.get("model", "tiny"))], seed=int(settings.get("seed", 0)))
     report = replay(

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, WorkloadError, packaged_baselines
+from targets.base import FeatureRegistry, Instance, Objective, Validation, WorkloadError, packaged_baselines
 from targets.costmodel.model import DEFAULT_PROFILE
 from targets.trace_files import parsed
 from verifiers.compiler import to_numba
@@ -96,6 +96,11 @@ class KVTarget:
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("s3fifo", "sieve", "belady")
 
+    def validation(self) -> Validation:
+        from .validation import VALIDATION  # it builds instances with this module's readers
+
+        return VALIDATION
+
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         key = _compiled(program.source)
         values = np.array([float(params[name]) for name in program.param_names()], dtype=np.float64)
@@ -120,6 +125,7 @@ class KVTarget:
         metrics["gap_closed"] = (metrics["block_hit_rate"] - lru) / room if room > 0 else 0.0
         metrics["prefill_ms_saved"] = prefill_ms_saved(trace, hits, _profile(instance))
         metrics["prefill_ms_total"] = prefill_ms_total(trace, _profile(instance))
+        metrics["prefill_share_saved"] = metrics["prefill_ms_saved"] / max(metrics["prefill_ms_total"], 1e-12)
         if engine:
             metrics |= engine_metrics(trace, capacity, hits, (evicted_req, evicted_block), engine)
         return metrics

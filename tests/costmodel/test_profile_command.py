@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from search.cli import main
-from search.kernel_commands import validation_report
-from search.validation import kendall_tau
+from search.validation import kendall_tau, report
 from targets.costmodel.model import COLLECTIVES, OPERATORS, CostModel, load_profile
 from targets.costmodel.shapes import ModelShape
+from targets.kv.validation import VALIDATION as KV
 
 VIDUR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-profiles"
 
@@ -23,17 +23,32 @@ def test_kendall_tau_counts_order_and_discounts_exact_ties() -> None:
     assert kendall_tau([1, 1, 3], [1.0, 1.1, 3.0]) == kendall_tau([1, 1, 3], [1.1, 1.0, 3.0]) > 0.8
 
 
-def test_a_validation_report_states_each_policys_error_and_the_worst() -> None:
-    row = {"engine_max_logit_diff": 1e-6, "prefill_ms_total": 1000.0, "engine_prefill_ms_full": 1000.0}
-    report = validation_report(
+def test_a_validation_report_states_each_policys_error_ranks_and_checks() -> None:
+    row = {"engine_max_logit_diff": 1e-6, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
+    result = report(
+        KV,
         {
             "a": {"prefill_ms_saved": 90.0, "engine_prefill_ms_saved": 100.0, **row},
             "b": {"prefill_ms_saved": 260.0, "engine_prefill_ms_saved": 200.0, **row},
-        }
+        },
     )
-    assert report["policies"]["a"]["error"] == pytest.approx(0.1)
-    assert report["worst_error"] == pytest.approx(0.3)
-    assert report["kendall_tau"] == 1.0
+    a, b = result["policies"]["a"], result["policies"]["b"]
+    assert a["error_prefill_ms_saved"] == pytest.approx(0.1)
+    assert (a["sim_rank"], a["engine_rank"], b["sim_rank"], b["engine_rank"]) == (2, 2, 1, 1)
+    assert result["error_max"] == pytest.approx(0.3)
+    assert result["kendall_tau"] == 1.0
+    assert result["max_logit_diff"] == 1e-6
+    verdicts = {c["figure"]: c["passed"] for c in result["checks"]}
+    assert verdicts == {"kendall_tau": True, "error_max": False, "max_logit_diff": True}
+
+
+def test_a_figure_the_engine_measured_as_zero_has_no_relative_error() -> None:
+    row = {"engine_max_logit_diff": 0.0, "prefill_share_saved": 0.0, "engine_prefill_share_saved": 0.0}
+    result = report(KV, {"a": {"prefill_ms_saved": 5.0, "engine_prefill_ms_saved": 0.0, **row}})
+    assert result["policies"]["a"]["error_prefill_ms_saved"] is None
+    assert result["policies"]["a"]["error_prefill_share_saved"] == 0.0
+    assert result["error_max"] is None
+    assert not next(c for c in result["checks"] if c["figure"] == "error_max")["passed"]
 
 
 @pytest.mark.skipif(not VIDUR.is_dir(), reason="needs ../shared/data/gpu-profiles")
@@ -77,7 +92,7 @@ def test_validate_kv_replays_each_policy_in_simulator_and_engine(capsys) -> None
     report = json.loads(capsys.readouterr().out)
     assert set(report["policies"]) == {"lru", "belady"}
     belady, lru = report["policies"]["belady"], report["policies"]["lru"]
-    assert belady["predicted_ms_saved"] >= lru["predicted_ms_saved"] > 0
+    assert belady["prefill_ms_saved"] >= lru["prefill_ms_saved"] > 0
     assert belady["engine_hit_tokens"] >= lru["engine_hit_tokens"] > 0
     assert report["max_logit_diff"] < 1e-4
     assert -1.0 <= report["kendall_tau"] <= 1.0
@@ -92,6 +107,8 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
     )  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert set(report["policies"]) == {"fcfs", "spf"}
+    assert report["ranked_by"] == "ttft_mean_ms"
+    assert {report["policies"][p]["engine_rank"] for p in ("fcfs", "spf")} == {1, 2}
     assert -1.0 <= report["kendall_tau"] <= 1.0
 
 
@@ -110,3 +127,27 @@ def test_profile_measures_every_operator_and_collective_into_a_loadable_file(tmp
     assert all(s.ms > 0 for f in again.operators.values() for s in f.samples)
     cost = CostModel(again, micro)
     assert cost.prefill_ms(64, 0) > 0 and cost.collective_ms("all_reduce", 2**20, 2) > 0
+
+
+def test_validate_refuses_an_option_another_target_declares_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--target", "kv", "--candidates", "lru", "--load", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--load is not an option of validate --target kv" in err and "--capacity" in err
+
+
+def test_validate_names_the_option_whose_value_is_out_of_bounds(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--target", "batching", "--candidates", "fcfs", "--capacity", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("crucible: error: option capacity:") and len(err.splitlines()) == 1
+
+
+def test_validate_names_the_window_a_slice_must_lie_in(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--target", "kv", "--candidates", "lru", "--requests", "0:999999"])
+    assert exc.value.code == 2
+    assert "option requests: need 0 <= START < STOP <=" in capsys.readouterr().err

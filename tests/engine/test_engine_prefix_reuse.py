@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from targets.costmodel.shapes import ModelShape  # noqa: E402
 from targets.engine.model import KVPool, Transformer  # noqa: E402
-from targets.engine.replay import replay  # noqa: E402
+from targets.kv.engine import replay  # noqa: E402
 from targets.kv.prefix_cache import POLICY_KEY  # noqa: E402
 from targets.kv.target import KVTarget, _compiled, load_workload, replay_trace  # noqa: E402
 from targets.kv.trace import whole_blocks  # noqa: E402

@@ -1,0 +1,73 @@
+"""How the batching simulator is checked against the real engine: each policy serves one slice twice.
+
+In one job per policy the target serves the slice with the same scheduler, once priced by the cost model
+and once run on real kernels (targets/batching/engine.py), and returns both sets of metrics. The slice is
+scaled down to fit the engine on 2 cores: token counts and the token budget divided by `token_divisor`
+(KV blocks are `block_tokens` after the division, the size the profile's attention was measured at),
+outputs capped at `max_output`, arrivals made `load` times as dense. Policies are ranked by mean TTFT:
+every request counts, and unlike a share meeting SLOs it does not saturate on a short slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from targets.base import Compared, Instance, Option, OptionError, Validation, request_window
+from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
+
+from .target import DEFAULTS, BatchingTarget, load_workload
+
+OPTIONS = (
+    Option("requests", "str", "0:200", "slice of the trace, START:STOP"),
+    Option("capacity", "int", 128, "KV capacity in blocks", low=1),
+    Option("block_tokens", "int", 8, "tokens per KV block in the scaled-down slice", low=1),
+    Option("load", "float", 25.0, "arrivals made this many times as dense", low=0.0),
+    Option("token_divisor", "int", 8, "token counts divided by this", low=1),
+    Option("max_output", "int", 32, "output lengths capped at this", low=0),
+    Option("ttft_slo_s", "float", 1.0, "TTFT SLO in seconds", low=0.0),
+    Option("tpot_slo_s", "float", 0.02, "TPOT SLO in seconds", low=0.0),
+    Option("profile", "path", DEFAULT_PROFILE, "profile the simulator prices kernels with", choices=SHIPPED),
+    Option("seed", "int", 0, "seed of the engine's random weights and prompts"),
+)
+
+
+def instance(workload: str, values: Mapping[str, Any]) -> Instance:
+    """The scaled-down slice both serve; the "engine" setting makes the target serve it in the engine too."""
+    if values["load"] <= 0:
+        raise OptionError(f"option load: must be positive, got {values['load']:g}")
+    start, stop = request_window(values["requests"], load_workload(workload).n)
+    divisor = values["token_divisor"]
+    config: dict[str, Any] = {
+        **{k: v for k, v in DEFAULTS.items() if k in ("token_budget", "max_seqs")},
+        "capacity": values["capacity"],
+        "block_tokens": values["block_tokens"] * divisor,  # divided with the trace's tokens, as profiled
+        "load": values["load"],
+        "token_divisor": divisor,
+        "max_output": values["max_output"],
+        "requests": [start, stop],
+        "ttft_slo_s": values["ttft_slo_s"],
+        "tpot_slo_s": values["tpot_slo_s"],
+        "profile": values["profile"],
+    }
+    BatchingTarget().instances(workload, config)  # a slice the machine cannot serve fails here, once
+    label = f"{Path(workload).name}[{start}:{stop}]@{values['capacity']}x{values['load']:g}/{divisor}"
+    return Instance(workload, {**config, "engine": {"seed": values["seed"]}}, label)
+
+
+VALIDATION = Validation(
+    options=OPTIONS,
+    instance=instance,
+    compared=(
+        Compared("mean TTFT ms", "ttft_mean_ms", "engine_ttft_mean_ms", ".0f"),
+        Compared("TTFT p99 ms", "ttft_p99_ms", "engine_ttft_p99_ms", ".0f"),
+        Compared("TPOT ms", "tpot_mean_ms", "engine_tpot_mean_ms", ".2f"),
+        Compared("tok/s", "throughput_tok_s", "engine_throughput_tok_s", ".0f"),
+        Compared("SLO met", "slo_attainment", "engine_slo_attainment", ".1%"),
+        Compared("preemptions", "preemptions", "engine_preemptions", ".0f"),
+    ),
+    rank_by="mean TTFT ms",
+    direction="minimize",
+    requires=("torch",),
+)
