@@ -1,0 +1,118 @@
+"""Which part of Crucible may import which (DESIGN.md, "Which part may import which"), read from the source.
+
+Every import statement of every module of the five packages counts, those inside functions too (a lazy
+import is still a dependency), with relative imports resolved. The rules:
+ui -> search; search -> sandbox, targets, verifiers; sandbox -> targets, verifiers; targets -> verifiers;
+verifiers -> none of ours. Inside targets/, the shared parts (base.py, engine/, costmodel/ and the other
+modules beside base.py) import no target, and nothing outside targets/<name>/ imports targets.<name>,
+the registration in targets/__init__.py aside.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ui", "search", "sandbox", "targets", "verifiers")
+ALLOWED: dict[str, set[str]] = {
+    "ui": {"search"},
+    "search": {"sandbox", "targets", "verifiers"},
+    "sandbox": {"targets", "verifiers"},
+    "targets": {"verifiers"},
+    "verifiers": set(),
+}
+SHARED_TARGET_PARTS = {"engine", "costmodel"}
+"""Folders of targets/ that are the shared mechanism, not a target."""
+REGISTRY = "targets"
+"""targets/__init__.py registers the targets by name, so it alone may import them from outside."""
+
+
+def target_packages() -> set[str]:
+    """Every subpackage of targets/ that is a target (kv, batching, dit, ...), found on disk."""
+    folders = (p.parent.name for p in (ROOT / "targets").glob("*/__init__.py"))
+    return {name for name in folders if name not in SHARED_TARGET_PARTS}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in the source of `module`; `from x import y` counts
+    x.y as well, since y may be a submodule (`from . import kv`)."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            imported = ".".join([*base, *([node.module] if node.module else [])])
+            yield node.lineno, imported
+            for alias in node.names:
+                yield node.lineno, f"{imported}.{alias.name}"
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Each import statement of `module` that the rules forbid, once, as 'line imports name (why)'."""
+    top = module.split(".")[0]
+    own = module.split(".")[1] if top == "targets" and "." in module else None
+    found: dict[int, str] = {}
+    for line, imported in imports(source, module, is_package):
+        if line in found:
+            continue
+        parts = imported.split(".")
+        if parts[0] in PACKAGES and parts[0] != top and parts[0] not in ALLOWED[top]:
+            allowed = ", ".join(sorted(ALLOWED[top])) or "nothing of ours"
+            found[line] = f"{line} imports {imported} ({top} may import {allowed})"
+        target = parts[1] if parts[0] == "targets" and len(parts) > 1 else None
+        if target in target_packages() and target != own and module != REGISTRY:
+            found[line] = f"{line} imports {imported} (only targets/{target}/ and the registry may)"
+    return list(found.values())
+
+
+def modules() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_imports_only_what_its_part_may(path: Path) -> None:
+    assert violations(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+def test_the_walk_sees_every_package_and_every_target() -> None:
+    names = {module_name(p) for p in modules()}
+    assert {"search.cli", "sandbox.worker", "targets.base", "verifiers.smt", "targets.engine.model"} <= names
+    assert {"kv", "batching"} <= target_packages()
+    assert not target_packages() & SHARED_TARGET_PARTS
+
+
+def test_a_shared_part_importing_a_target_is_caught_however_it_imports() -> None:
+    lazy_relative = "def f():\n    from ..kv.trace import Trace\n"
+    assert violations(lazy_relative, "targets.engine.model") == [
+        "2 imports targets.kv.trace (only targets/kv/ and the registry may)"
+    ]
+    assert violations("from targets import batching\n", "targets.base")
+    assert violations("import targets.kv.target\n", "targets.costmodel.model")
+    assert violations("from ..batching.trace import Requests\n", "targets.kv.engine"), "one target, another"
+    assert violations("from targets.kv.target import KVTarget\n", "search.cli"), "the front end names none"
+
+
+def test_what_the_rules_allow_passes() -> None:
+    assert violations("from . import kv\nfrom .kv import KVTarget\n", "targets", is_package=True) == []
+    assert violations("from .trace import Trace\nimport targets.base\n", "targets.kv.engine") == []
+    assert violations("from targets.engine.model import Transformer\n", "targets.batching.engine") == []
+    assert violations("from search.store import Store\n", "ui.app") == []
+
+
+def test_an_import_against_the_direction_is_caught() -> None:
+    assert violations("from search.loop import Search\n", "targets.kv.target")
+    assert violations("import ui.app\n", "search.cli")
+    assert violations("from sandbox.job import Job\n", "verifiers.smt")
+    assert violations("from targets.base import Feature\n", "verifiers.properties")
+    assert violations("from search import service\n", "sandbox.worker")
