@@ -160,7 +160,8 @@ def _search(config: RunConfig, box: Sandbox) -> float:
         store = Store(open_engine(f"sqlite:///{os.path.join(folder, 'bench.db')}"))
         run_row = store.create_run(config.target, config.to_json())
         clock = Clock()
-        Search(store, run_row, box, EvolveProposer(), clock).execute()
+        with ThreadPoolExecutor(max_workers=config.workers) as pool:
+            Search(store, run_row, box, EvolveProposer(), clock, executor=pool).execute()
     return (clock.ends[-1] - clock.start) / len(clock.ends)
 
 

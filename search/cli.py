@@ -1,39 +1,37 @@
-"""The `crucible` command line: search, baselines, eval, runs; results on stdout, progress on stderr."""
+"""The `crucible` command line: search, baselines, eval, verify, runs, targets; results on stdout, progress
+on stderr. A thin client of the run service (search/service.py): `--json` prints the read model's data."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import targets
 from sandbox.base import Sandbox, SandboxUnavailable
-from sandbox.choice import BACKENDS, choose_sandbox
-from sandbox.job import Job, Tuning
-from targets.base import Target, WorkloadError
-from verifiers.program import Program
-from verifiers.smt import Verifier
-from verifiers.static import StaticError, check, render
+from sandbox.choice import BACKENDS, choose_sandbox, notice
+from sandbox.job import Tuning
+from targets.base import Option, OptionError, Target, WorkloadError
+from verifiers.static import StaticError
 
-from . import kernel_commands, sandbox_commands, target_commands, ui_command
-from .accounting import ProposerStats, proposer_stats
+from . import kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
 from .errors import UserError
-from .loop import BASELINE, Reporter, RunConfig, Search, Summary, domains, summarize
-from .proposers.base import Proposer, ProposerUnavailable
-from .proposers.evolve import EvolveProposer
-from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, LLMProposer, ModelChoice, Price, api_key
-from .proposers.mix import MixProposer
+from .evaluation import checked, evaluate_baselines, evaluate_file, read_program, verify
+from .loop import Reporter, RunConfig
+from .proposers.base import ProposerUnavailable
+from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
+from .readmodel import ProposerStats, ReadModel, RunInfo, RunReport
+from .service import RunService, load_target, prepare, proposer_for
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
 _err = Console(stderr=True)
@@ -44,30 +42,92 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
+def _warn(message: str) -> None:
+    print(f"crucible: warning: {' '.join(message.split())}", file=sys.stderr)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one line and a pointer to --help, not the whole usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see {self.prog} --help)")
+
+
+def _version() -> str:
+    try:
+        return version("crucible")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _options_epilog() -> str:
+    lines = ["target options (--set NAME=VALUE; `crucible targets show TARGET` for types, bounds, docs):"]
+    for name in targets.names():
+        lines.append(f"  {name}: {', '.join(o.name for o in targets.load(name).options) or 'none'}")
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crucible", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(
+        prog="crucible",
+        description="Synthesize and autotune systems heuristics: search, evaluate, verify, inspect runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"crucible {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-        p.add_argument("--db", default=DEFAULT_URL, help=f"store URL (default {DEFAULT_URL})")
+        p.add_argument("--db", default=DEFAULT_URL, help="store URL (SQLite or PostgreSQL)")
 
     def workload(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--target", default="kv", choices=targets.names())
-        p.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
-        p.add_argument("--capacity", type=int, help="cache capacity in blocks (kv)")
-        p.add_argument("--sandbox", default="auto", choices=BACKENDS)
+        p.add_argument("--target", default="kv", choices=targets.names(), help="the mechanism to work on")
+        p.add_argument(
+            "--workload",
+            help="trace file (a relative path is taken from here) or gen:<kind>:<seed>; "
+            "default: the target's shipped workload",
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            dest="settings",
+            help="a target option; repeatable (see below)",
+        )
+        p.add_argument(
+            "--capacity", type=int, help="shorthand for --set capacity=N (cache capacity in blocks)"
+        )
+        p.add_argument("--sandbox", default="auto", choices=BACKENDS, help="where candidate code runs")
         p.add_argument("--workers", type=int, default=2, help="candidate jobs run side by side")
 
-    s = sub.add_parser("search", help="search for a better heuristic")
+    epilog = _options_epilog()
+    raw = argparse.RawDescriptionHelpFormatter
+    s = sub.add_parser("search", help="search for a better heuristic", epilog=epilog)
+    s.formatter_class = type("_SearchHelp", (_HelpFormatter, raw), {})
     common(s)
     workload(s)
     s.add_argument("--budget", type=int, default=300, help="candidates to propose")
     s.add_argument("--time-budget", type=float, default=None, help="stop (resumably) after this many seconds")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the whole run: the same seed, the same run")
     s.add_argument("--trials", type=int, default=32, help="Optuna trials per candidate")
-    s.add_argument("--proposer", default="evolve", choices=("evolve", "llm", "mix"))
-    s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run")
+    s.add_argument(
+        "--proposer", default="evolve", choices=("evolve", "llm", "mix"), help="who writes candidates"
+    )
+    s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run (its settings are stored)")
     s.add_argument("--max-cost-usd", type=float, help="stop (resumably) once proposals cost this much")
     s.add_argument("--max-tokens", type=int, help="stop (resumably) once proposals used this many tokens")
     llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
@@ -98,40 +158,60 @@ def _parser() -> argparse.ArgumentParser:
         "--llm-share", type=float, default=0.25, help="share of LLM proposals under --proposer mix"
     )
 
-    b = sub.add_parser("baselines", help="evaluate the target's baselines on a workload")
+    b = sub.add_parser("baselines", help="evaluate the target's baselines on a workload", epilog=epilog)
+    b.formatter_class = s.formatter_class
     common(b)
     workload(b)
 
-    e = sub.add_parser("eval", help="evaluate a heuristic file on a workload")
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a heuristic file on a workload",
+        description="Evaluate a heuristic file on a workload. Its properties are checked with Z3 first: "
+        "a refuted hard property is a warning (the file is evaluated anyway, exit 0); "
+        "`crucible verify` is the check that fails.",
+        epilog=epilog,
+    )
+    e.formatter_class = s.formatter_class
     common(e)
     workload(e)
-    e.add_argument("file")
+    e.add_argument("file", help="the heuristic file (a candidate module)")
     e.add_argument("--tune", action="store_true", help="tune PARAMS again on this workload")
-    e.add_argument("--trials", type=int, default=16)
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--trials", type=int, default=16, help="Optuna trials with --tune")
+    e.add_argument("--seed", type=int, default=0, help="seed of the tuning with --tune")
 
-    v = sub.add_parser(
-        "verify", help="prove a heuristic file's properties with Z3 (exit 1 if a hard one fails)"
-    )
-    v.add_argument("file")
-    v.add_argument("--target", default="kv", choices=targets.names())
+    v = sub.add_parser("verify", help="prove a heuristic's properties with Z3 (exit 1 if a hard one fails)")
+    v.add_argument("file", nargs="?", help="the heuristic file (or --run and --candidate)")
+    v.add_argument("--target", default="kv", choices=targets.names(), help="whose properties to prove")
     v.add_argument("--seconds", type=float, default=2.0, help="Z3's time limit per property")
     v.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    v.add_argument("--db", default=DEFAULT_URL, help="store URL, to verify a stored candidate")
+    v.add_argument("--run", help="verify a candidate of this stored run (with --candidate)")
+    v.add_argument("--candidate", type=int, help="the stored candidate's id (as `runs show` prints it)")
 
     r = sub.add_parser("runs", help="inspect stored runs")
-    rsub = r.add_subparsers(dest="runs_command", required=True)
+    rsub = r.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     common(rsub.add_parser("list", help="all runs"))
     show = rsub.add_parser("show", help="one run")
     common(show)
-    show.add_argument("run")
+    show.add_argument("run", help="the run's id (a unique prefix will do)")
     best = rsub.add_parser("best", help="write the best heuristic of a run as a self-contained file")
     common(best)
-    best.add_argument("run")
+    best.add_argument("run", help="the run's id (a unique prefix will do)")
     best.add_argument("--output", "-o", help="file to write (default: stdout)")
+
+    t = sub.add_parser("targets", help="the targets: their options, features, metrics and baselines")
+    tsub = t.add_subparsers(dest="targets_command", required=True, metavar="ACTION")
+    tl = tsub.add_parser("list", help="every target")
+    tl.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    ts = tsub.add_parser("show", help="one target: options, features, metrics, baselines")
+    ts.add_argument("target", choices=targets.names(), help="the target")
+    ts.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
     kernel_commands.add_parsers(sub)
     sandbox_commands.add_parsers(sub)
     target_commands.add_parsers(sub)
     ui_command.add_parsers(sub)
+    tune_command.add_parsers(sub)
     return parser
 
 
@@ -144,14 +224,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             "eval": _eval,
             "runs": _runs,
             "verify": _verify,
+            "targets": _targets,
             "profile": kernel_commands.profile,
             "validate": kernel_commands.validate,
             "sandbox": sandbox_commands.sandbox,
             **target_commands.handlers(),
             "ui": ui_command.ui,
+            "tune": tune_command.run,
         }[args.command]
         handler(args)
-    except (UserError, WorkloadError, StoreError, StaticError, SandboxUnavailable) as exc:
+    except (UserError, WorkloadError, OptionError, StoreError, StaticError, SandboxUnavailable) as exc:
         _fail(str(exc))
     except ProposerUnavailable as exc:
         _fail(str(exc), code=1)
@@ -161,37 +243,47 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc), code=1)
 
 
-def _store(args: argparse.Namespace) -> Store:
-    return Store(open_engine(args.db))
+def _service(args: argparse.Namespace) -> RunService:
+    """A service on the store; it is created if missing (a search writes)."""
+    return RunService(Store(open_engine(args.db)))
 
 
-def _target_config(target: Target, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """The workload and configuration from the flags, falling back to the target's shipped defaults."""
-    defaults = target.default_config()
-    workload = args.workload or defaults.pop("workload")
-    defaults.pop("workload", None)
-    if args.capacity is not None:
-        defaults["capacity"] = args.capacity
-    return workload, defaults
+def _reader(args: argparse.Namespace) -> ReadModel:
+    """The read model on an existing store: a mistyped --db is an error, never a new empty database."""
+    return ReadModel(Store(open_engine(args.db, create=False)))
+
+
+def _given_options(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    """The --set values (and --capacity), each parsed by the target's Option; one line naming a bad one."""
+    known = {o.name: o for o in target.options}
+    given: dict[str, Any] = {}
+    pairs = list(args.settings) + ([f"capacity={args.capacity}"] if args.capacity is not None else [])
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UserError(f"--set expects NAME=VALUE, got {pair!r}")
+        if name not in known:
+            raise UserError(
+                f"unknown option {name!r} for target {target.name}; options: {', '.join(known) or 'none'}"
+            )
+        given[name] = _parse(known[name], text)
+    return given
+
+
+def _parse(option: Option, text: str) -> Any:
+    try:
+        return option.parse(text)
+    except OptionError as exc:
+        message = str(exc)
+        allowed = option.allowed()
+        raise UserError(message if allowed in message else f"{message}; allowed: {allowed}") from None
 
 
 def _sandbox(args: argparse.Namespace) -> Sandbox:
     sandbox, reason = choose_sandbox(args.sandbox)
-    _err.print(f"sandbox: {sandbox.name} ({reason})", markup=False, highlight=False)
+    _err.print(notice(sandbox, reason), markup=False, highlight=False, soft_wrap=True)
     return sandbox
-
-
-def _proposer(config: RunConfig) -> Proposer:
-    """The run's proposer; an LLM one reads its key from the environment, never from the store."""
-    if config.proposer == "evolve":
-        return EvolveProposer()
-    try:
-        settings = LLMConfig.from_json(config.llm)
-        llm = LLMProposer(settings, api_key(settings, os.environ))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    llm.check()
-    return llm if config.proposer == "llm" else MixProposer(llm, EvolveProposer(), settings.share)
 
 
 def _llm_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -224,29 +316,6 @@ def _llm_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings.to_json()
 
 
-def _caps(args: argparse.Namespace) -> dict[str, Any]:
-    """The caps given on the command line (a resume may raise them)."""
-    for flag, value in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
-        if value is not None and not value > 0:
-            raise UserError(f"{flag} must be positive, got {value}")
-    caps = {"max_cost_usd": args.max_cost_usd, "max_tokens": args.max_tokens}
-    return {k: v for k, v in caps.items() if v is not None}
-
-
-def _resumed(store: Store, run_id: str, args: argparse.Namespace) -> RunConfig:
-    """The stored config with the caps and endpoint a resume may change, stored and logged if changed."""
-    config = RunConfig.from_json(json.loads(store.run(run_id).config))  # type: ignore[union-attr]
-    changes: dict[str, Any] = _caps(args)
-    if args.base_url and config.llm:
-        changes["llm"] = {**config.llm, "base_url": args.base_url}
-    new = replace(config, **changes)
-    if new != config:
-        store.set_run_config(run_id, new.to_json())
-        shown = {**_caps(args), **({"base_url": args.base_url} if "llm" in changes else {})}
-        store.log(run_id, "config", f"resumed with {json.dumps(shown, sort_keys=True)}")
-    return new
-
-
 class _Progress(Reporter):
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
@@ -276,23 +345,22 @@ class _Progress(Reporter):
 
 
 def _search(args: argparse.Namespace) -> None:
-    store = _store(args)
     if args.resume:
-        run = store.run(args.resume)
-        if run is None:
-            raise UserError(f"no run {args.resume!r} in {args.db}")
-        if run.status == "finished":
-            _err.print(f"run {run.id} is already finished", markup=False)
-        proposer = _proposer(_resumed(store, run.id, args))
-        run = store.run(run.id) or run  # the stored config as the resume changed it
+        service = _service(args)
+        info = service.resume(
+            args.resume, max_cost_usd=args.max_cost_usd, max_tokens=args.max_tokens, base_url=args.base_url
+        )
+        if info.status == "finished":
+            _err.print(f"run {info.run_id} is already finished", markup=False)
+        else:
+            note = f"resuming run {info.run_id}: {info.done} of {info.budget} candidates done"
+            _err.print(note, markup=False, highlight=False)
     else:
-        target = targets.load(args.target)
-        workload, config = _target_config(target, args)
-        target.instances(workload, config)  # validate before anything is stored
-        run_config = RunConfig(
-            target=args.target,
-            workload=workload,
-            target_config=config,
+        target = load_target(args.target)
+        config = prepare(
+            args.target,
+            args.workload,
+            _given_options(target, args),
             budget=args.budget,
             seed=args.seed,
             trials=args.trials,
@@ -300,56 +368,76 @@ def _search(args: argparse.Namespace) -> None:
             proposer=args.proposer,
             time_budget_s=args.time_budget,
             llm=_llm_settings(args),
-            **_caps(args),
+            **{k: v for k, v in (("max_cost_usd", args.max_cost_usd), ("max_tokens", args.max_tokens)) if v},
         )
-        proposer = _proposer(run_config)  # no key, a bad template, no endpoint: fail before storing anything
-        run = store.create_run(args.target, run_config.to_json())
+        proposer_for(config, os.environ)  # no key, a bad template, no endpoint: fail before storing anything
+        service = _service(args)
+        info = service.record(config)
+    proposer = proposer_for(RunConfig.from_json(info.config), os.environ)
     sandbox = _sandbox(args)
     reporter = _Progress(_err)
-    search = Search(store, run, sandbox, proposer, reporter)
-    resume = f"crucible search --resume {run.id} --db {args.db}"
+    resume = f"crucible search --resume {info.run_id} --db {args.db}"
     try:
-        summary = search.execute()
+        report = service.execute(info.run_id, sandbox, proposer, reporter)
     except KeyboardInterrupt:
-        store.set_run_status(run.id, "stopped", "interrupted")
         reporter.stop()
         _fail(f"interrupted; resume with: {resume}", code=130)
     except ProposerUnavailable as exc:
-        store.set_run_status(run.id, "stopped", str(exc))
-        spent = {"proposer": exc.proposer, "model": exc.model, "tokens": exc.tokens, "cost_usd": exc.cost_usd}
-        store.log(run.id, "stopped", str(exc), **spent)
         reporter.stop()
         _fail(f"{exc}; the run is stopped, resume with: {resume}", code=1)
     finally:
         reporter.stop()
-    _print_summary(summary, search.target, args.json)
-    stopped = store.run(run.id)
-    if stopped is not None and stopped.status == "stopped":
-        message = f"run {run.id} stopped: {stopped.message}; resume with: {resume}"
+    target = load_target(report.run.target)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        _print_result(report, target)
+    if report.run.status == "stopped":
+        message = f"run {info.run_id} stopped: {report.run.message}; resume with: {resume}"
         _err.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_summary(summary: Summary, target: Target, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
-        return
-    rows: dict[str, dict[str, float]] = {}
-    if summary.best:
-        rows[f"found #{summary.best['candidate_id']}"] = summary.best["metrics"]
-    rows.update(summary.baselines)
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _print(*renderables: RenderableType | str) -> None:
+    """Print to stdout; piped output is as wide as its widest table, so no column is ever cut."""
     console = Console()
-    console.print(_table(f"run {summary.run_id} ({summary.status})", rows, target))
-    if summary.tokens or summary.cost_usd:
-        console.print(f"proposals used {summary.tokens} tokens, ${summary.cost_usd:.4f}", highlight=False)
-    if summary.best:
-        console.print(
-            f"best heuristic: crucible runs best {summary.run_id} --output best.py", highlight=False
-        )
+    if not console.is_terminal:
+        wide = Console(width=100_000)
+        widths = [wide.measure(r).maximum for r in renderables if not isinstance(r, str)]
+        console = Console(width=max([80, *widths]))
+    for r in renderables:
+        if isinstance(r, str):
+            console.print(r, markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(r)
 
 
-def _table(title: str, rows: dict[str, dict[str, float]], target: Target) -> Table:
+def _print_result(report: RunReport, target: Target) -> None:
+    rows: dict[str, dict[str, float]] = {}
+    if report.best:
+        rows[f"found #{report.best.candidate_id}"] = report.best.metrics
+    rows.update(report.baseline_metrics())
+    lines: list[RenderableType | str] = [
+        _table(f"run {report.run.run_id} ({report.run.status})", rows, target)
+    ]
+    if report.run.tokens or report.run.cost_usd:
+        lines.append(f"proposals used {report.run.tokens} tokens, ${report.run.cost_usd:.4f}")
+    if report.best:
+        lines.append(f"best heuristic: crucible runs best {report.run.run_id} --output best.py")
+    _print(*lines)
+
+
+def _cell(value: float, integer: bool) -> str:
+    return f"{value:.0f}" if integer else f"{value:.4f}"
+
+
+def _table(title: str, rows: Mapping[str, Mapping[str, float]], target: Target) -> Table:
     metric = target.objective.metric
     maximize = target.objective.direction == "maximize"
+    whole = set(getattr(target, "integer_metrics", ()))
     table = Table(title=title)
     table.add_column("policy")
     columns = target.report_metrics
@@ -357,118 +445,96 @@ def _table(title: str, rows: dict[str, dict[str, float]], target: Target) -> Tab
         table.add_column(name, justify="right")
     ordered = sorted(rows.items(), key=lambda kv: kv[1].get(metric, 0.0), reverse=maximize)
     for name, metrics in ordered:
-        table.add_row(name, *(f"{metrics[c]:.4f}" if c in metrics else "-" for c in columns))
+        table.add_row(name, *(_cell(metrics[c], c in whole) if c in metrics else "-" for c in columns))
     return table
 
 
+def _workload_and_options(args: argparse.Namespace) -> tuple[Target, str | None, dict[str, Any]]:
+    target = load_target(args.target)
+    return target, args.workload, _given_options(target, args)
+
+
 def _baselines(args: argparse.Namespace) -> None:
-    target = targets.load(args.target)
-    workload, config = _target_config(target, args)
-    instances = tuple(i for i in target.instances(workload, config) if i.role == "eval")
-    sandbox = _sandbox(args)
-    jobs = [Job(target.name, source, instances) for source in target.baselines().values()]
-    jobs += [Job(target.name, "", instances, builtin=name) for name in target.builtin_baselines()]
-    names = [*target.baselines(), *target.builtin_baselines()]
-    with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(sandbox.run, jobs))
-    table: dict[str, dict[str, float]] = {}
-    for name, result in zip(names, results, strict=True):
-        if result.status != "ok":
-            raise UserError(f"baseline {name} failed: {result.message}")
-        table[name] = result.instances[0].metrics
+    target, workload, options = _workload_and_options(args)
+    table = evaluate_baselines(target, workload, options, _sandbox(args), args.workers)
     if args.json:
-        print(
-            json.dumps({"workload": workload, "config": config, "baselines": table}, indent=2, sort_keys=True)
-        )
+        _print_json(table.to_json())
     else:
-        Console().print(_table(f"baselines on {instances[0].label}", table, target))
-
-
-def _read_program(target: Target, path: Path) -> tuple[str, Program]:
-    """A heuristic file's text and its checked program; UserError names the file and why not."""
-    try:
-        source = path.read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a UTF-8 text file") from None
-    try:
-        return source, check(source, target.signatures)
-    except StaticError as exc:
-        raise UserError(f"{path}: {exc}") from None
+        _print(_table(f"baselines on {table.instance}", table.baselines, target))
 
 
 def _eval(args: argparse.Namespace) -> None:
-    target = targets.load(args.target)
-    path = Path(args.file)
-    source, program = _read_program(target, path)
-    workload, config = _target_config(target, args)
-    instances = target.instances(workload, config)
-    if not args.tune:
-        instances = [i for i in instances if i.role == "eval"]
+    target, workload, options = _workload_and_options(args)
+    program = read_program(target, Path(args.file))
     tuning = Tuning(trials=args.trials, seed=args.seed) if args.tune else None
-    result = _sandbox(args).run(
-        Job(target.name, source, tuple(instances), params=program.defaults(), tuning=tuning)
-    )
-    if result.status != "ok":
-        raise UserError(f"{args.file}: evaluation {result.status}: {result.message}")
-    evals = [i for i in result.instances if i.role == "eval"]
+    done = evaluate_file(target, args.file, program, workload, options, _sandbox(args), tuning)
+    for verdict in done.refuted:
+        cex = json.dumps(verdict.counterexample, sort_keys=True) if verdict.counterexample else ""
+        _warn(f"{args.file} fails the hard property {verdict.property}: {verdict.message} {cex}".rstrip())
     if args.json:
-        out = {
-            "file": str(path),
-            "workload": workload,
-            "config": config,
-            "params": result.params,
-            "metrics": evals[0].metrics if evals else {},
-            "backend": result.backend,
-        }
-        print(json.dumps(out, indent=2, sort_keys=True))
+        _print_json(done.to_json())
         return
-    Console().print(_table(f"{path.name} on {evals[0].label}", {path.stem: evals[0].metrics}, target))
-    if result.params:
-        Console().print(f"params: {json.dumps(result.params, sort_keys=True)}", highlight=False)
+    shown = {Path(args.file).stem: done.metrics}
+    lines: list[RenderableType | str] = [_table(f"{Path(args.file).name} on {done.instance}", shown, target)]
+    if done.params:
+        lines.append(f"params: {json.dumps(done.params, sort_keys=True)}")
+    _print(*lines)
 
 
 def _runs(args: argparse.Namespace) -> None:
-    store = _store(args)
+    read = _reader(args)
     if args.runs_command == "list":
-        runs = store.runs()
+        runs = read.runs()
         if args.json:
-            print(json.dumps([_run_json(store, r.id) for r in runs], indent=2, sort_keys=True, default=str))
+            _print_json([r.to_json() for r in runs])
             return
-        table = Table(title=f"runs in {args.db}")
-        for col in ("run", "target", "status", "created", "candidates", "best"):
-            table.add_column(col)
-        for r in runs:
-            info = _run_json(store, r.id)
-            best = info["best"]["score"] if info["best"] else None
-            table.add_row(
-                r.id,
-                r.target,
-                r.status,
-                f"{r.created_at:%Y-%m-%d %H:%M}",
-                str(info["candidates"]),
-                "-" if best is None else f"{best:.4f}",
-            )
-        Console().print(table)
+        _print(_runs_table(runs, args.db))
         return
-    run = store.run(args.run)
-    if run is None:
-        raise UserError(f"no run {args.run!r} in {args.db}")
-    target = targets.load(run.target)
-    summary = summarize(store, run.id, target.objective.direction == "maximize")
     if args.runs_command == "show":
-        _show(store, run.id, summary, target, args.json)
+        report = read.report(args.run)
+        if args.json:
+            _print_json(report.to_json())
+        else:
+            _show(report)
         return
-    if not summary.best:
-        raise UserError(f"run {run.id} has no evaluated candidate yet")
-    program = check(summary.best["source"], target.signatures)
-    text = render(program, summary.best["params"]).rstrip("\n") + "\n"
-    if args.output:
+    info = read.run(args.run)
+    text = read.best_file(info.run_id)
+    best = read.best(info.run_id)
+    assert best is not None
+    if args.json:
+        _print_json({**best.to_json(), "run_id": info.run_id, "file": text})
+    elif args.output:
         Path(args.output).write_text(text)
-        _err.print(f"wrote {args.output} (candidate #{summary.best['candidate_id']})", markup=False)
+        _err.print(f"wrote {args.output} (candidate #{best.candidate_id})", markup=False)
     else:
         sys.stdout.write(text)
+
+
+def _status(info: RunInfo) -> str:
+    if info.status == "interrupted":
+        return f"interrupted (resume with: crucible search --resume {info.run_id})"
+    return info.status
+
+
+def _runs_table(runs: Sequence[RunInfo], db: str) -> Table:
+    table = Table(title=f"runs in {db}")
+    for col in ("run", "target", "status", "created", "candidates", "best", "best baseline"):
+        table.add_column(col, justify="right" if col in ("candidates", "best") else "left")
+    for r in runs:
+        best = "-" if r.best is None else f"{r.best.score:.4f}"
+        baseline = "-"
+        if r.best_baseline is not None and r.best_baseline.score is not None:
+            baseline = f"{r.best_baseline.name} {r.best_baseline.score:.4f}"
+        table.add_row(
+            r.run_id,
+            r.target,
+            _status(r),
+            r.created_at[:16].replace("T", " "),
+            f"{r.done}/{r.budget}",
+            best,
+            baseline,
+        )
+    return table
 
 
 def _stats_table(stats: Sequence[ProposerStats]) -> Table:
@@ -500,107 +566,156 @@ def _stats_table(stats: Sequence[ProposerStats]) -> Table:
     return table
 
 
-def _run_json(store: Store, run_id: str) -> dict[str, Any]:
-    run = store.run(run_id)
-    assert run is not None
-    target = targets.load(run.target)
-    summary = summarize(store, run_id, target.objective.direction == "maximize")
-    return {
-        "run_id": run.id,
-        "target": run.target,
-        "status": run.status,
-        "message": run.message,
-        "created_at": run.created_at,
-        "config": json.loads(run.config),
-        "candidates": sum(summary.counts.values()),
-        "counts": summary.counts,
-        "tokens": summary.tokens,
-        "cost_usd": summary.cost_usd,
-        "best": {k: v for k, v in summary.best.items() if k != "source"} if summary.best else None,
-        "baselines": summary.baselines,
-    }
+def _show(report: RunReport) -> None:
+    info = report.run
+    target = load_target(info.target)
+    lines: list[RenderableType | str] = [
+        f"run {info.run_id}: {_status(info)} {info.message}".rstrip(),
+        f"config: {json.dumps(info.config, sort_keys=True)}",
+        f"candidates: {json.dumps(info.counts, sort_keys=True)}",
+    ]
+    if report.failures:
+        lines.append(f"failed, by class: {json.dumps(report.failures, sort_keys=True)}")
+    refuted = report.verification.rejected_by_property
+    if refuted:
+        lines.append(f"rejected by property: {json.dumps(refuted, sort_keys=True)}")
+    if report.proposers:
+        lines.append(_stats_table(report.proposers))
+    _print(*lines)
+    _print_result(report, target)
 
 
 def _verify(args: argparse.Namespace) -> None:
-    target = targets.load(args.target)
+    target = load_target(args.target)
     if not args.seconds > 0:
         raise UserError(f"--seconds must be positive, got {args.seconds}")
-    _, program = _read_program(target, Path(args.file))
+    if args.file and (args.run or args.candidate is not None):
+        raise UserError("give a file, or --run and --candidate, not both")
+    if args.file:
+        name = args.file
+        program = read_program(target, Path(args.file))
+    elif args.run and args.candidate is not None:
+        read = _reader(args)
+        run = read.run(args.run)
+        stored = read.candidate(run.run_id, args.candidate)
+        target = load_target(run.target)
+        name = f"run {run.run_id} candidate #{stored.candidate_id}"
+        program = checked(target, stored.source, name)
+    else:
+        raise UserError("verify needs a file, or --run RUN and --candidate ID")
+    outcomes = verify(target, program, args.seconds)
     properties = {p.name: p for p in target.properties()}
-    with Verifier(seconds=args.seconds) as verifier:
-        outcomes = verifier.verify(program, domains(target), tuple(properties.values()))
     if args.json:
         rows = [
-            {**asdict(o), "statement": properties[o.property].statement, "kind": properties[o.property].kind}
+            {
+                **asdict(o),
+                "statement": properties[o.property].statement,
+                "kind": properties[o.property].kind,
+            }
             for o in outcomes
         ]
-        print(json.dumps({"file": args.file, "target": target.name, "properties": rows}, indent=2))
+        _print_json({"file": name, "target": target.name, "properties": rows})
     else:
-        table = Table(title=f"{Path(args.file).name} on {target.name}")
+        table = Table(title=f"{Path(name).name if args.file else name} on {target.name}")
         for column in ("property", "severity", "verdict", "seconds", "statement"):
             table.add_column(column, justify="right" if column == "seconds" else "left")
         for o in outcomes:
             statement = properties[o.property].statement
             table.add_row(o.property, o.severity, o.verdict, f"{o.seconds:.3f}", statement)
-        console = Console()
-        console.print(table)
-        for o in outcomes:  # whole lines, so a counterexample can be copied
-            if o.message:
-                console.print(f"{o.property} ({o.verdict}): {o.message}", soft_wrap=True, highlight=False)
-    if any(o.rejects for o in outcomes):
+        lines: list[RenderableType | str] = [table]
+        lines += [f"{o.property} ({o.verdict}): {o.message}" for o in outcomes if o.message]
+        _print(*lines)  # whole lines, so a counterexample can be copied
+    if any(o.severity == "hard" and o.verdict == "counterexample" for o in outcomes):
         raise SystemExit(1)
 
 
-def _verification_counts(store: Store, run_id: str) -> dict[str, Any]:
-    """Verdicts per property, the hard property that rejected each candidate, and the time per candidate."""
-    rejected = {row.id for row in store.candidates(run_id) if row.status == "rejected"}
-    verdicts: dict[str, dict[str, int]] = {}
-    first: dict[int, str] = {}
-    seconds: dict[int, float] = {}
-    for v in store.verifications(run_id):
-        counts = verdicts.setdefault(v.property, {})
-        counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        if v.candidate_id is not None:
-            seconds[v.candidate_id] = seconds.get(v.candidate_id, 0.0) + v.seconds
-            if v.candidate_id in rejected and v.severity == "hard" and v.verdict == "counterexample":
-                first.setdefault(v.candidate_id, v.property)
-    by_property: dict[str, int] = {}
-    for name in first.values():
-        by_property[name] = by_property.get(name, 0) + 1
-    return {
-        "verdicts": verdicts,
-        "rejected_by_property": by_property,
-        "median_seconds_per_candidate": statistics.median(seconds.values()) if seconds else None,
-    }
-
-
-def _show(store: Store, run_id: str, summary: Summary, target: Target, as_json: bool) -> None:
-    rows = store.candidates(run_id)
-    rejected: dict[str, int] = {}
-    for row in rows:
-        if row.status not in ("evaluated", "gated", "pending") and row.proposer != BASELINE:
-            reason = row.message.split(":")[0] if row.message else row.status
-            rejected[f"{row.status}: {reason}"] = rejected.get(f"{row.status}: {reason}", 0) + 1
-    info = _run_json(store, run_id)
-    info["rejected"] = rejected
-    info["verification"] = _verification_counts(store, run_id)
-    stats = proposer_stats(store, run_id, target.objective.direction == "maximize")
-    info["proposers"] = [s.to_json() for s in stats]
-    if as_json:
-        print(json.dumps(info, indent=2, sort_keys=True, default=str))
+def _targets(args: argparse.Namespace) -> None:
+    if args.targets_command == "list":
+        found = [load_target(name) for name in targets.names()]
+        rows = [
+            {
+                "name": t.name,
+                "objective": t.objective.metric,
+                "direction": t.objective.direction,
+                "description": t.description,
+            }
+            for t in found
+        ]
+        if args.json:
+            _print_json(rows)
+            return
+        table = Table(title="targets")
+        for col in ("name", "objective", "options", "about"):
+            table.add_column(col)
+        for t in found:
+            table.add_row(
+                t.name,
+                f"{t.objective.direction} {t.objective.metric}",
+                ", ".join(o.name for o in t.options),
+                t.description.split(". ")[0],
+            )
+        _print(table, "crucible targets show TARGET: its options, features, metrics and baselines")
         return
-    console = Console()
-    console.print(f"run {run_id}: {info['status']} {info['message']}", highlight=False)
-    console.print(f"config: {json.dumps(info['config'], sort_keys=True)}", highlight=False)
-    console.print(f"candidates: {json.dumps(summary.counts, sort_keys=True)}", highlight=False)
-    if rejected:
-        console.print(f"not evaluated, by reason: {json.dumps(rejected, sort_keys=True)}", highlight=False)
-    refuted = info["verification"]["rejected_by_property"]
-    if refuted:
-        console.print(f"rejected by property: {json.dumps(refuted, sort_keys=True)}", highlight=False)
-    if stats:
-        console.print(_stats_table(stats))
-    _print_summary(summary, target, as_json=False)
+    target = load_target(args.target)
+    data = _target_json(target)
+    if args.json:
+        _print_json(data)
+        return
+    options = Table(title=f"{target.name} options (--set NAME=VALUE)")
+    for col in ("option", "type", "default", "allowed", "about"):
+        options.add_column(col)
+    for o in data["options"]:
+        default = "-" if o["default"] is None else str(o["default"])
+        options.add_row(o["name"], o["type"], default, o["allowed"], o["doc"])
+    features = Table(title=f"{target.name} features")
+    for col in ("function", "feature", "unit", "range", "about"):
+        features.add_column(col)
+    for signature, rows in data["features"].items():
+        for f in rows:
+            features.add_row(signature, f["name"], f["unit"], f"[{f['low']:g}, {f['high']:g}]", f["doc"])
+    objective = data["objective"]
+    _print(
+        target.description,
+        options,
+        features,
+        f"objective: {objective['direction']} {objective['metric']}",
+        f"metrics shown: {', '.join(data['metrics'])}",
+        f"baselines: {', '.join(data['baselines'])}",
+        f"built-in baselines: {', '.join(data['builtin_baselines']) or 'none'}",
+    )
+
+
+def _target_json(target: Target) -> dict[str, Any]:
+    return {
+        "name": target.name,
+        "description": target.description,
+        "objective": {"metric": target.objective.metric, "direction": target.objective.direction},
+        "metrics": list(target.report_metrics),
+        "integer_metrics": list(getattr(target, "integer_metrics", ())),
+        "options": [
+            {
+                "name": o.name,
+                "type": o.type,
+                "default": o.default,
+                "doc": o.doc,
+                "low": o.low,
+                "high": o.high,
+                "choices": list(o.choices),
+                "allowed": o.allowed(),
+            }
+            for o in target.options
+        ],
+        "features": {
+            s.name: [
+                {"name": f.name, "unit": f.unit, "low": f.low, "high": f.high, "doc": f.doc}
+                for f in target.registry(s.name).features
+            ]
+            for s in target.signatures
+        },
+        "baselines": list(target.baselines()),
+        "builtin_baselines": list(target.builtin_baselines()),
+        "commands": [c.name for c in target.commands()],
+    }
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ resumed run re-runs the pending candidates of the batch it was killed in before 
 from __future__ import annotations
 
 import json
+import os
 import random
+import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,9 +30,8 @@ from verifiers.static import StaticError, check
 from .database import ProgramDatabase
 from .fingerprint import fingerprint
 from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
-from .store import Candidate, Evaluation, Run, Store, Verification
-
-BASELINE = "baseline"
+from .readmodel import mean_metrics
+from .store import BASELINE, Candidate, Evaluation, Run, Store, Verification
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,9 @@ class RunConfig:
 
     target: str
     workload: str
-    target_config: dict[str, Any]
+    """A file (stored as an absolute path) or a generator spec the target understands."""
+    options: dict[str, Any]
+    """The target's options (its declared `Option`s), defaults filled in: what `instances()` is given."""
     budget: int = 300
     seed: int = 0
     trials: int = 32
@@ -63,7 +66,14 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
-        return cls(**data)
+        fields = dict(data)
+        if "target_config" in fields:  # stored before options were declared by the targets
+            fields["options"] = fields.pop("target_config")
+        return cls(**fields)
+
+
+class BaselineFailed(RuntimeError):
+    """A baseline could not be evaluated on the run's workload: the run cannot be compared, so it fails."""
 
 
 class Reporter:
@@ -74,20 +84,6 @@ class Reporter:
     def candidate(self, done: int, budget: int, best: float | None, status: str) -> None: ...
 
     def note(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Summary:
-    run_id: str
-    status: str
-    best: dict[str, Any] | None
-    baselines: dict[str, dict[str, float]]
-    counts: dict[str, int]
-    tokens: int = 0
-    cost_usd: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def brief(target: Target) -> TargetBrief:
@@ -107,7 +103,12 @@ def domains(target: Target) -> dict[str, Domain]:
 
 
 class Search:
-    """Drives one run against a store, a sandbox and a proposer; holds no state the store lacks."""
+    """Drives one run against a store, a sandbox and a proposer; holds no state the store lacks.
+
+    Sandbox jobs go to the `executor` it is given (anything shaped like `concurrent.futures.Executor`: a
+    local pool, a process pool, a cluster's client) and come back in order, so the results are the same
+    whichever runs them. Jobs and results are plain picklable data; the sandbox must pickle too.
+    """
 
     def __init__(
         self,
@@ -117,6 +118,8 @@ class Search:
         proposer: Proposer,
         reporter: Reporter | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        executor: Executor,
     ) -> None:
         self.store = store
         self.run = run
@@ -125,8 +128,9 @@ class Search:
         self.proposer = proposer
         self.reporter = reporter or Reporter()
         self.clock = clock
+        self.executor = executor
         self.target = targets.load(self.config.target)
-        self.instances = self.target.instances(self.config.workload, self.config.target_config)
+        self.instances = self.target.instances(self.config.workload, self.config.options)
         self.maximize = self.target.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
@@ -136,15 +140,23 @@ class Search:
     def limits(self) -> Limits:
         return Limits(**self.config.limits)
 
-    def execute(self) -> Summary:
-        """Run (or resume) until the candidate budget or the time budget is spent."""
-        with self.verifier:  # its child process ends with the run
-            return self._execute()
+    def execute(self) -> None:
+        """Run (or resume) until the candidate budget or the time budget is spent; the store has the rest.
 
-    def _execute(self) -> Summary:
+        Raises BaselineFailed (the run is then marked failed with the reason) when a baseline cannot run.
+        """
+        with self.verifier:  # its child process ends with the run
+            self._execute(self.executor)
+
+    def _execute(self, pool: Executor) -> None:
         started = self.clock()
-        self.store.set_run_status(self.run.id, "running")
-        self._ensure_baselines()
+        self.store.start_run(self.run.id, os.getpid(), socket.gethostname())
+        try:
+            self._ensure_baselines(pool)
+        except BaselineFailed as exc:
+            self.store.set_run_status(self.run.id, "failed", str(exc))
+            self.store.log(self.run.id, "failed", str(exc))
+            raise
         rows = list(self.store.candidates(self.run.id))
         done = 0
         for row in rows:  # rebuild the database exactly as it grew, migrations included
@@ -156,40 +168,36 @@ class Search:
         self.reporter.started(self.run.id, done, self.config.budget)
         pending = [row for row in rows if row.status == "pending" and row.proposer != BASELINE]
         seq = max((row.seq for row in rows), default=-1) + 1
-        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
-            while pending or done < self.config.budget:
-                if self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
-                    self.store.set_run_status(self.run.id, "stopped", "time budget spent")
-                    self.store.log(self.run.id, "stopped", "time budget spent")
-                    return self.summary()
-                if not pending and (reason := self._cap_reached()):
-                    self.store.set_run_status(self.run.id, "stopped", reason)
-                    self.store.log(self.run.id, "stopped", reason)
-                    return self.summary()
-                batch = pending or self._propose_batch(
-                    seq, min(self.config.workers, self.config.budget - done)
-                )
-                pending = []
-                if not batch and self._cap_reached():
-                    continue
-                if not batch:
-                    self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
-                    break
-                seq = max(seq, max(row.seq for row in batch) + 1)
-                jobs = [row for row in batch if row.status == "pending"]
-                results = list(pool.map(self.sandbox.run, [self._job(row) for row in jobs]))
-                for row, result in zip(jobs, results, strict=True):
-                    self._record(row, result)
-                for row in batch:
-                    self._admit(row)
-                    done += 1
-                    self.reporter.candidate(done, self.config.budget, self._best_score(), row.status)
-                    if done % self.config.migrate_every == 0:
-                        self.database.migrate()
+        while pending or done < self.config.budget:
+            if self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
+                self.store.set_run_status(self.run.id, "stopped", "time budget spent")
+                self.store.log(self.run.id, "stopped", "time budget spent")
+                return
+            if not pending and (reason := self._cap_reached()):
+                self.store.set_run_status(self.run.id, "stopped", reason)
+                self.store.log(self.run.id, "stopped", reason)
+                return
+            batch = pending or self._propose_batch(seq, min(self.config.workers, self.config.budget - done))
+            pending = []
+            if not batch and self._cap_reached():
+                continue
+            if not batch:
+                self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
+                break
+            seq = max(seq, max(row.seq for row in batch) + 1)
+            jobs = [row for row in batch if row.status == "pending"]
+            results = list(pool.map(self.sandbox.run, [self._job(row) for row in jobs]))
+            for row, result in zip(jobs, results, strict=True):
+                self._record(row, result)
+            for row in batch:
+                self._admit(row)
+                done += 1
+                self.reporter.candidate(done, self.config.budget, self._best_score(), row.status)
+                if done % self.config.migrate_every == 0:
+                    self.database.migrate()
         self.store.set_run_status(self.run.id, "finished")
-        return self.summary()
 
-    def _ensure_baselines(self) -> None:
+    def _ensure_baselines(self, pool: Executor) -> None:
         """Evaluate every baseline once per run; they seed the islands and anchor the report."""
         existing = {row.name: row for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
         rows = []
@@ -217,17 +225,21 @@ class Search:
         jobs += [
             Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
         ]
-        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
-            results = list(pool.map(self.sandbox.run, jobs))
+        results = list(pool.map(self.sandbox.run, jobs))
+        names = [row.name for row in rows] + builtins
+        for name, result in zip(names, results, strict=True):
+            if result.status != "ok":
+                raise BaselineFailed(f"baseline {name} failed: {result.status}: {result.message}")
         for row, result in zip(rows, results, strict=False):
             self._record(row, result)
         for name, result in zip(builtins, results[len(rows) :], strict=True):
-            if result.status != "ok":
-                raise RuntimeError(f"built-in baseline {name} failed: {result.message}")
             self.store.add_evaluations(self._evaluations(None, result, policy=name))
 
     def _propose_batch(self, seq: int, size: int) -> list[Candidate]:
-        """Up to `size` new candidates; a proposer with concurrency > 1 writes several at the same time."""
+        """Up to `size` new candidates; a proposer with concurrency > 1 writes several at the same time.
+
+        These threads only wait on a proposer's calls (an LLM endpoint); sandbox jobs go to the executor.
+        """
         taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
         lock = threading.Lock()
         seqs = range(seq, seq + size)
@@ -277,6 +289,7 @@ class Search:
                 source=proposal.source,
                 fingerprint=mark,
                 parent_id=parent.candidate_id,
+                inspirations=json.dumps([e.candidate_id for e in inspirations]),
                 island=island,
                 proposer=proposal.proposer,
                 model=proposal.model,
@@ -379,7 +392,7 @@ class Search:
         evals = [
             json.loads(e.metrics) for e in self.store.evaluations(self.run.id, row.id) if e.role == "eval"
         ]
-        entry = Entry(row.id, row.source, score, metrics=_mean_metrics(evals), params=json.loads(row.params))
+        entry = Entry(row.id, row.source, score, metrics=mean_metrics(evals), params=json.loads(row.params))
         self.database.add(entry, row.island)
 
     def _best_score(self) -> float | None:
@@ -394,9 +407,6 @@ class Search:
         ]
         return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
 
-    def summary(self) -> Summary:
-        return summarize(self.store, self.run.id, self.maximize)
-
 
 def _verification(run_id: str, outcome: Outcome) -> Verification:
     cex = json.dumps(outcome.counterexample, sort_keys=True) if outcome.counterexample else ""
@@ -409,58 +419,3 @@ def _verification(run_id: str, outcome: Outcome) -> Verification:
         counterexample=cex,
         message=outcome.message,
     )
-
-
-def summarize(store: Store, run_id: str, maximize: bool) -> Summary:
-    """The best proposed candidate against every baseline, from the store alone."""
-    run = store.run(run_id)
-    assert run is not None
-    rows = store.candidates(run_id)
-    evaluations = store.evaluations(run_id)
-    by_candidate: dict[int, list[Evaluation]] = {}
-    baselines: dict[str, dict[str, float]] = {}
-    names = {row.id: row.name for row in rows if row.proposer == BASELINE}
-    for e in evaluations:
-        if e.role != "eval":
-            continue
-        if e.policy:
-            baselines[e.policy] = json.loads(e.metrics)
-        elif e.candidate_id in names:
-            baselines[names[e.candidate_id]] = json.loads(e.metrics)
-        elif e.candidate_id is not None:
-            by_candidate.setdefault(e.candidate_id, []).append(e)
-    scored = [r for r in rows if r.proposer != BASELINE and r.status == "evaluated" and r.score is not None]
-    best = None
-    if scored:
-        top = max(scored, key=lambda r: r.score if maximize else -r.score)  # type: ignore[operator]
-        metrics = _mean_metrics([json.loads(e.metrics) for e in by_candidate.get(top.id or -1, [])])
-        best = {
-            "candidate_id": top.id,
-            "seq": top.seq,
-            "score": top.score,
-            "metrics": metrics,
-            "params": json.loads(top.params),
-            "note": top.note,
-            "source": top.source,
-        }
-    counts: dict[str, int] = {}
-    for r in rows:
-        if r.proposer != BASELINE:
-            counts[r.status] = counts.get(r.status, 0) + 1
-    tokens, cost = store.spend(run_id)
-    return Summary(
-        run_id=run_id,
-        status=run.status,
-        best=best,
-        baselines=baselines,
-        counts=counts,
-        tokens=tokens,
-        cost_usd=cost,
-    )
-
-
-def _mean_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
-    if not metrics:
-        return {}
-    keys = set.intersection(*(set(m) for m in metrics))
-    return {k: sum(m[k] for m in metrics) / len(metrics) for k in sorted(keys)}

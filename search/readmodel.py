@@ -295,9 +295,9 @@ class ReadModel:
                 cost += spent[taken][1]
                 taken += 1
             cost += row.cost_usd
-            if row.status == "evaluated" and row.score is not None:
-                if best is None or objective.better(row.score, best):
-                    best = row.score
+            improves = best is None or (row.score is not None and objective.better(row.score, best))
+            if row.status == "evaluated" and row.score is not None and improves:
+                best = row.score
             score = row.score if row.status == "evaluated" else None
             points.append(
                 ProgressPoint(done, row.seq, row.id, row.island, row.status, score, best, cost, _iso(at))  # type: ignore[arg-type]
@@ -361,14 +361,17 @@ class ReadModel:
         best = self.best(run_id)
         if best is None:
             raise UserError(f"run {run_id} has no evaluated candidate yet")
+        return self.heuristic_file(run_id, best.candidate_id)
+
+    def heuristic_file(self, run_id: str, candidate_id: int) -> str:
+        """A candidate as a self-contained heuristic file: its source with its tuned PARAMS as defaults."""
+        found = self.candidate(run_id, candidate_id)
         target = targets.load(self.run(run_id).target)
         try:
-            program = check(best.source, target.signatures)
+            program = check(found.source, target.signatures)
         except StaticError as exc:  # stored by an older checker that has since tightened
-            raise UserError(
-                f"candidate {best.candidate_id} no longer passes the static check: {exc}"
-            ) from None
-        return render(program, best.params).rstrip("\n") + "\n"
+            raise UserError(f"candidate {candidate_id} no longer passes the static check: {exc}") from None
+        return render(program, found.params).rstrip("\n") + "\n"
 
     def _run(self, run_id: str) -> Run:
         run = self.store.run(run_id)

@@ -10,8 +10,18 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, Validation, WorkloadError, packaged_baselines
-from targets.costmodel.model import DEFAULT_PROFILE
+from targets.base import (
+    Command,
+    FeatureRegistry,
+    Instance,
+    Objective,
+    Option,
+    Validation,
+    WorkloadError,
+    packaged_baselines,
+    request_window,
+)
+from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature
@@ -56,6 +66,37 @@ DEFAULTS: dict[str, Any] = {
 }
 """The shipped configuration: KV blocks of 16 tokens (vLLM's), a 2,048-token budget (vLLM V1's online
 default), and a load at which the tiny model on the measured 2-core profile queues and preempts."""
+OPTIONS = (
+    Option("load", "float", DEFAULTS["load"], "arrivals as many times as dense as the trace's", low=0.001),
+    Option("capacity", "int", DEFAULTS["capacity"], "KV cache capacity in blocks", low=1),
+    Option("block_tokens", "int", DEFAULTS["block_tokens"], "tokens per KV block", low=1),
+    Option(
+        "token_budget",
+        "int",
+        DEFAULTS["token_budget"],
+        "tokens per iteration (so also the prefill chunk) unless a candidate tunes PARAMS['token_budget']",
+        low=1,
+    ),
+    Option("max_seqs", "int", DEFAULTS["max_seqs"], "requests in one batch at most", low=1),
+    Option("ttft_slo_s", "float", DEFAULTS["ttft_slo_s"], "time-to-first-token SLO in seconds", low=0.0),
+    Option("tpot_slo_s", "float", DEFAULTS["tpot_slo_s"], "time-per-output-token SLO in seconds", low=0.0),
+    Option(
+        "profile",
+        "path",
+        DEFAULT_PROFILE,
+        "kernel profile that prices each iteration: a shipped one or a file written by `crucible profile`",
+        choices=SHIPPED,
+    ),
+    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
+    Option(
+        "train_share",
+        "float",
+        0.3,
+        "share of the requests, from the start, that PARAMS are tuned on",
+        low=0.01,
+        high=1.0,
+    ),
+)
 
 
 def shipped_workload_path() -> Path:
@@ -83,6 +124,7 @@ class BatchingTarget:
         "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "throughput_tok_s",
         "preemptions",
     )  # fmt: skip
+    options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:
         return {"workload": str(shipped_workload_path()), **DEFAULTS}
@@ -94,6 +136,8 @@ class BatchingTarget:
 
     def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
         config = {**DEFAULTS, **config}
+        if isinstance(config.get("requests"), str):
+            config["requests"] = list(request_window(config["requests"], load_workload(workload).n))
         for name in ("capacity", "block_tokens", "token_budget", "max_seqs"):
             value = config[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -107,6 +151,15 @@ class BatchingTarget:
             Instance(workload, {**config, "requests": _window(config, 0, cut)}, f"{name}[:{cut}]", "train"),
             Instance(workload, config, name, "eval"),
         ]
+
+    def files(self, instance: Instance) -> tuple[str, ...]:
+        profile = str(instance.config.get("profile", DEFAULT_PROFILE))
+        paths = [instance.workload] if Path(instance.workload).is_file() else []
+        paths += [profile] if profile not in SHIPPED else []
+        return tuple(str(Path(p).resolve()) for p in paths)
+
+    def commands(self) -> tuple[Command, ...]:
+        return ()
 
     def baselines(self) -> dict[str, str]:
         return packaged_baselines("targets.batching")

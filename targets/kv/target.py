@@ -11,8 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from targets.base import FeatureRegistry, Instance, Objective, Validation, WorkloadError, packaged_baselines
-from targets.costmodel.model import DEFAULT_PROFILE
+from targets.base import (
+    Command,
+    FeatureRegistry,
+    Instance,
+    Objective,
+    Option,
+    Validation,
+    WorkloadError,
+    packaged_baselines,
+)
+from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 from targets.trace_files import parsed
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
@@ -44,6 +53,36 @@ SHIPPED_CAPACITY = 2000
 """The head of the Mooncake conversation trace, shipped in targets/kv/workloads/ (see its README)."""
 
 
+OPTIONS = (
+    Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1),
+    Option(
+        "block_tokens",
+        "int",
+        None,
+        "tokens per cache block; unset keeps the trace's own (512 for Mooncake): another size rescales "
+        "every prompt to whole blocks, which changes prefill times, not hits",
+        low=1,
+    ),
+    Option(
+        "profile",
+        "path",
+        DEFAULT_PROFILE,
+        "kernel profile that prices prefill time: a shipped one or a file written by `crucible profile`",
+        choices=SHIPPED,
+    ),
+    Option(
+        "train_share",
+        "float",
+        0.3,
+        "share of the requests, from the start, that PARAMS are tuned on",
+        low=0.01,
+        high=1.0,
+    ),
+)
+_CARRIED = ("profile", "block_tokens")
+"""Options every job's instance carries (capacity aside): they change what a job measures."""
+
+
 def shipped_workload_path() -> Path:
     return Path(str(resources.files("targets.kv") / "workloads" / SHIPPED_WORKLOAD))
 
@@ -62,6 +101,7 @@ class KVTarget:
     signatures = (PRIORITY,)
     objective = Objective("block_hit_rate", "maximize")
     report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed", "prefill_ms_saved")
+    options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:
         return {"workload": str(shipped_workload_path()), "capacity": SHIPPED_CAPACITY}
@@ -80,12 +120,22 @@ class KVTarget:
         cut = max(1, int(n * train_share))
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
         name = f"{Path(workload).name}@{capacity}"
+        carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
         plain = [
-            Instance(workload, {"capacity": capacity, "requests": [0, cut]}, f"{name}[:{cut}]", role="train"),
-            Instance(workload, {"capacity": capacity}, name, role="eval"),
+            Instance(workload, {**carried, "requests": [0, cut]}, f"{name}[:{cut}]", role="train"),
+            Instance(workload, carried, name, role="eval"),
         ]
         # LRU and Belady once here, not in every job: they turn a hit rate into the share of the gap closed.
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
+
+    def files(self, instance: Instance) -> tuple[str, ...]:
+        profile = _profile(instance)
+        paths = [instance.workload] if Path(instance.workload).is_file() else []
+        paths += [profile] if profile not in SHIPPED else []
+        return tuple(str(Path(p).resolve()) for p in paths)
+
+    def commands(self) -> tuple[Command, ...]:
+        return ()
 
     def baselines(self) -> dict[str, str]:
         return packaged_baselines("targets.kv")

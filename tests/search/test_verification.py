@@ -5,6 +5,7 @@ by property."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,12 +64,11 @@ def searched(tmp_path: Path) -> tuple[str, Store, Scripted, Spy]:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = Store(open_engine(url))
     order = [FAULTY["divides"], SAFE["recency"], FAULTY["logs"], SAFE["frequency"], SAFE["fewer-hits-first"]]
-    config = RunConfig(
-        target="kv", workload="gen:chat:1", target_config={"capacity": 300}, budget=5, workers=1
-    )
+    config = RunConfig(target="kv", workload="gen:chat:1", options={"capacity": 300}, budget=5, workers=1)
     run = store.create_run("kv", config.to_json())
     proposer, sandbox = Scripted(order), Spy()
-    Search(store, run, sandbox, proposer).execute()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        Search(store, run, sandbox, proposer, executor=pool).execute()
     return url, store, proposer, sandbox
 
 

@@ -1,0 +1,146 @@
+"""Evaluations outside a run: a target's baselines, or one heuristic file, on a workload; and Z3 on a file.
+
+Nothing here is stored; the inputs are checked (workload made absolute, options resolved) exactly as the
+run service checks a run's, so `baselines`, `eval` and `search` accept and refuse the same things.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox.base import Sandbox
+from sandbox.job import Job, Tuning
+from targets.base import Target
+from verifiers.program import Program
+from verifiers.properties import Outcome
+from verifiers.smt import Verifier
+from verifiers.static import StaticError, check
+
+from .errors import UserError
+from .loop import domains
+from .readmodel import Verdict
+from .service import instances, resolve
+
+
+@dataclass(frozen=True)
+class BaselineTable:
+    """Every baseline's metrics on the eval instance of a workload."""
+
+    workload: str
+    options: dict[str, Any]
+    instance: str
+    baselines: dict[str, dict[str, float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FileEvaluation:
+    """A heuristic file's metrics on a workload, its (tuned or default) PARAMS and the hard properties Z3
+    refuted before it ran (evaluated anyway: `verify` is the check that fails)."""
+
+    file: str
+    workload: str
+    options: dict[str, Any]
+    instance: str
+    params: dict[str, float]
+    metrics: dict[str, float]
+    backend: str
+    refuted: list[Verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_baselines(
+    target: Target,
+    workload: str | None,
+    options: dict[str, Any],
+    sandbox: Sandbox,
+    workers: int,
+    executor: Executor | None = None,
+) -> BaselineTable:
+    """Run every baseline (candidate-format and built-in) on the workload's eval instances."""
+    if workers < 1:
+        raise UserError(f"workers must be a whole number of at least 1, got {workers}")
+    workload, values = resolve(target, workload, options)
+    evals = tuple(i for i in instances(target, workload, values) if i.role == "eval")
+    jobs = [Job(target.name, source, evals) for source in target.baselines().values()]
+    jobs += [Job(target.name, "", evals, builtin=name) for name in target.builtin_baselines()]
+    names = [*target.baselines(), *target.builtin_baselines()]
+    if executor is None:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(sandbox.run, jobs))
+    else:
+        results = list(executor.map(sandbox.run, jobs))
+    table: dict[str, dict[str, float]] = {}
+    for name, result in zip(names, results, strict=True):
+        if result.status != "ok":
+            raise UserError(f"baseline {name} failed: {result.status}: {result.message}")
+        table[name] = result.instances[0].metrics
+    return BaselineTable(workload, values, evals[0].label, table)
+
+
+def evaluate_file(
+    target: Target,
+    file: str,
+    program: Program,
+    workload: str | None,
+    options: dict[str, Any],
+    sandbox: Sandbox,
+    tuning: Tuning | None = None,
+) -> FileEvaluation:
+    """Prove the file's properties, then evaluate it (tuning PARAMS on the train instances if asked)."""
+    workload, values = resolve(target, workload, options)
+    chosen = instances(target, workload, values)
+    if tuning is None:
+        chosen = [i for i in chosen if i.role == "eval"]
+    refuted = [
+        Verdict(o.property, o.severity, o.verdict, o.seconds, o.counterexample, o.message)
+        for o in verify(target, program)
+        if o.rejects
+    ]
+    job = Job(target.name, program.source, tuple(chosen), params=program.defaults(), tuning=tuning)
+    result = sandbox.run(job)
+    if result.status != "ok":
+        raise UserError(f"{file}: evaluation {result.status}: {result.message}")
+    evals = [i for i in result.instances if i.role == "eval"]
+    return FileEvaluation(
+        file=file,
+        workload=workload,
+        options=values,
+        instance=evals[0].label if evals else "",
+        params=result.params,
+        metrics=evals[0].metrics if evals else {},
+        backend=result.backend,
+        refuted=refuted,
+    )
+
+
+def verify(target: Target, program: Program, seconds: float = 2.0) -> list[Outcome]:
+    """Z3's verdict on each of the target's properties."""
+    with Verifier(seconds=seconds) as verifier:
+        return list(verifier.verify(program, domains(target), target.properties()))
+
+
+def read_program(target: Target, path: Path) -> Program:
+    """A heuristic file's checked program; UserError names the file and why not."""
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a UTF-8 text file") from None
+    return checked(target, source, str(path))
+
+
+def checked(target: Target, source: str, name: str) -> Program:
+    """The program of `source` under the target's signatures; UserError names it and the first breach."""
+    try:
+        return check(source, target.signatures)
+    except StaticError as exc:
+        raise UserError(f"{name}: {exc}") from None
