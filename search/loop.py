@@ -60,6 +60,8 @@ class RunConfig:
     """Stop (resumably) once the proposals have cost this much, failed ones included."""
     max_tokens: int | None = None
     """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
+    seeds: dict[str, str] = field(default_factory=dict)
+    """More heuristics (name -> source) run like the baselines and seeding the islands (a CI champion)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,7 +203,7 @@ class Search:
         """Evaluate every baseline once per run; they seed the islands and anchor the report."""
         existing = {row.name: row for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
         rows = []
-        for i, (name, source) in enumerate(self.target.baselines().items()):
+        for i, (name, source) in enumerate({**self.target.baselines(), **self.config.seeds}.items()):
             row = existing.get(name) or self.store.add_candidate(
                 Candidate(
                     run_id=self.run.id,

@@ -124,6 +124,8 @@ class BatchingTarget:
         "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "throughput_tok_s",
         "preemptions",
     )  # fmt: skip
+    integer_metrics = ("preemptions",)
+    """Counts, shown as whole numbers."""
     options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:

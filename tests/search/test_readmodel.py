@@ -1,0 +1,110 @@
+"""The read model: what a stored run answers, from the store alone; every `runs` command prints it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from in_process import InProcess
+
+from search.cli import main
+from search.proposers.evolve import EvolveProposer
+from search.readmodel import ReadModel
+from search.service import RunService, prepare
+from search.store import BASELINE, Store, open_engine
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """One real search of four candidates, evaluated on the shipped kv mechanism: (db URL, run id)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('read') / 'runs.db'}"
+    runs = RunService(Store(open_engine(url)))
+    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=2, seed=4))
+    runs.execute(info.run_id, InProcess(), EvolveProposer())
+    return url, info.run_id
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> object:
+    main(list(args))
+    return json.loads(capsys.readouterr().out)
+
+
+def test_runs_show_json_is_the_read_models_report(
+    stored: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, run_id = stored
+    report = ReadModel(Store(open_engine(url, create=False))).report(run_id)
+    assert cli_json(capsys, "runs", "show", run_id, "--db", url, "--json") == json.loads(
+        json.dumps(report.to_json())
+    )
+    listed = cli_json(capsys, "runs", "list", "--db", url, "--json")
+    assert listed == [json.loads(json.dumps(report.run.to_json()))]
+
+
+def test_a_run_answers_status_progress_best_against_the_best_baseline_and_cost(
+    stored: tuple[str, str],
+) -> None:
+    url, run_id = stored
+    read = ReadModel(Store(open_engine(url, create=False)))
+    info = read.run(run_id)
+    assert (info.status, info.done, info.budget, info.resumable) == ("finished", 4, 4, False)
+    assert info.options == {"capacity": 300, "profile": "cpu-2core", "train_share": 0.3}
+    assert info.objective == "block_hit_rate" and info.direction == "maximize"
+    candidates = [c for c in read.candidates(run_id) if not c.is_baseline]
+    scored = [c for c in candidates if c.score is not None and c.status == "evaluated"]
+    assert info.best is not None and info.best.score == max(c.score for c in scored)  # type: ignore[type-var]
+    baselines = read.baselines(run_id)
+    assert {b.kind for b in baselines} == {"candidate", "builtin"}
+    assert info.best_baseline is not None
+    assert info.best_baseline.score == max(b.score for b in baselines if b.score is not None)
+    progress = read.progress(run_id)
+    assert [p.done for p in progress] == list(range(1, 5))
+    bests = [p.best_so_far for p in progress if p.best_so_far is not None]
+    assert bests == sorted(bests) and bests[-1] == info.best.score
+
+
+def test_each_candidate_carries_its_lineage_verdicts_params_and_metrics_per_instance(
+    stored: tuple[str, str],
+) -> None:
+    url, run_id = stored
+    read = ReadModel(Store(open_engine(url, create=False)))
+    candidates = read.candidates(run_id)
+    ids = {c.candidate_id for c in candidates}
+    proposed = [c for c in candidates if c.proposer != BASELINE]
+    assert all(c.parent_id in ids for c in proposed)
+    assert any(c.inspirations for c in proposed), "the proposers were shown inspirations; they are stored"
+    assert all(set(c.inspirations) <= ids for c in proposed)
+    for c in proposed:
+        assert {v.property for v in c.verdicts} >= {"no-division-by-zero", "finite-bounded"}
+        if c.status == "evaluated":
+            assert {e.role for e in c.evaluations} == {"train", "eval"}
+            assert c.metrics["block_hit_rate"] == c.score
+            assert set(c.params) == set(json.loads(json.dumps(c.params)))
+        assert (c.failure_class == "") == (c.status in ("evaluated", "gated"))
+
+
+def test_runs_best_json_holds_the_file_and_verify_checks_a_stored_candidate(
+    stored: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, run_id = stored
+    best = cli_json(capsys, "runs", "best", run_id, "--db", url, "--json")
+    assert isinstance(best, dict) and "def priority(b, p):" in best["file"]
+    assert best["file"] == ReadModel(Store(open_engine(url))).best_file(run_id)
+    shown = cli_json(
+        capsys, "verify", "--db", url, "--run", run_id, "--candidate", str(best["candidate_id"]), "--json"
+    )
+    assert isinstance(shown, dict)
+    assert {p["verdict"] for p in shown["properties"] if p["severity"] == "hard"} <= {"proved", "unknown"}
+
+
+def test_read_only_commands_never_create_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo.db"
+    for args in (["runs", "list"], ["runs", "show", "abc"], ["runs", "best", "abc"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args, "--db", f"sqlite:///{missing}"])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip() == f"crucible: error: no database at {missing}"
+    assert not missing.exists()
