@@ -1,0 +1,185 @@
+"""Every page of the web UI against a store seeded by real searches: the right rows, numbers and verdicts,
+filters that change them, helpful empty states, and no exception."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Seeded
+from streamlit.testing.v1 import AppTest
+
+from search.store import Store, open_engine
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
+    parts += [e.value for e in at.info] + [e.value for e in at.warning] + [e.value for e in at.error]
+    return "\n".join(str(p) for p in parts)
+
+
+def buttons(at: AppTest) -> set[str]:
+    return {b.key for b in at.button if b.key}
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_runs_lists_every_run_with_its_status_progress_and_best(seeded: Seeded, open_page) -> None:
+    at = open_page(seeded.url)
+    table = at.dataframe[0].value
+    assert list(table["run"]) == [seeded.stopped.run_id, seeded.finished.run_id]  # newest first
+    row = table.set_index("run").loc[seeded.finished.run_id]
+    assert row["status"] == "finished"
+    assert row["done"] == "6/6"
+    assert row["best"] == pytest.approx(seeded.finished.best.score)
+    assert row["vs baseline"] == pytest.approx(
+        seeded.finished.best.score - seeded.finished.best_baseline.score
+    )
+    assert table.set_index("run").loc[seeded.stopped.run_id, "status"] == "stopped"
+    assert at.multiselect(key="compare-runs").value == [seeded.stopped.run_id, seeded.finished.run_id]
+    assert at.get("vega_lite_chart"), "the runs' comparison chart"
+
+
+def test_runs_compares_against_cost_as_well(seeded: Seeded, open_page) -> None:
+    at = open_page(seeded.url)
+    at.radio(key="runs-axis").set_value("cost_so_far").run()
+    assert not at.exception
+    assert at.get("vega_lite_chart")
+
+
+def test_a_store_that_does_not_exist_says_how_to_start_one(missing_db: str, open_page) -> None:
+    at = open_page(missing_db)
+    assert "No database at" in texts(at)
+    assert f"crucible search --target kv --budget 60 --db {missing_db}" in texts(at)
+    assert not at.dataframe
+
+
+def test_an_empty_store_says_how_to_start_a_run(missing_db: str, open_page) -> None:
+    open_engine(missing_db)  # created, no run in it
+    for page in ("views/runs.py", "views/run.py", "views/candidate.py", "views/compare.py"):
+        at = open_page(missing_db, page)
+        assert "No runs in this store yet" in texts(at), page
+
+
+def test_a_store_that_cannot_be_opened_is_one_error(tmp_path, open_page) -> None:
+    bad = tmp_path / "not-a-database.db"
+    bad.write_text("this is not SQLite")
+    at = open_page(f"sqlite:///{bad}")
+    assert len(at.error) == 1 and "Cannot read the store" in at.error[0].value
+
+
+def test_run_shows_progress_against_the_baselines(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    shown = metrics(at)
+    assert shown["candidates"] == "6/6"
+    assert shown[f"best {run.objective}"] == f"{run.best.score:.4f}"
+    assert shown["best baseline"] == f"{run.best_baseline.score:.4f}"
+    assert len(at.get("vega_lite_chart")) >= 3  # progress, per island, island map
+    assert at.get("graphviz_chart")
+    assert not {"stop", "resume"} & buttons(at), "a finished run is neither running nor resumable"
+
+
+def test_run_leaderboard_filters_change_the_rows(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    candidates = seeded.read.candidates(run.run_id)
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    board = at.dataframe(key="leaderboard").value
+    assert len(board) == len(candidates)
+    assert board["score"].iloc[0] == pytest.approx(max(c.score for c in candidates if c.score is not None))
+
+    at.toggle(key="lb-baselines").set_value(False).run()
+    board = at.dataframe(key="leaderboard").value
+    assert len(board) == sum(not c.is_baseline for c in candidates)
+
+    island = candidates[-1].island
+    at.multiselect(key="lb-islands").set_value([island]).run()
+    board = at.dataframe(key="leaderboard").value
+    assert set(board["island"]) == {island}
+    assert len(board) == sum(not c.is_baseline and c.island == island for c in candidates)
+
+    at.multiselect(key="lb-islands").set_value([]).run()
+    at.multiselect(key="lb-statuses").set_value(["evaluated"]).run()
+    board = at.dataframe(key="leaderboard").value
+    assert set(board["status"]) == {"evaluated"}
+
+    at.toggle(key="lb-verified").set_value(True).run()
+    board = at.dataframe(key="leaderboard").value
+    assert all(board["verified"])
+
+
+def test_run_that_was_stopped_offers_resume(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    assert f"Stopped: {run.message}" in texts(at)
+    assert "resume" in buttons(at)
+    assert f"crucible search --resume {run.run_id} --db {seeded.url}" in texts(at)
+    assert "No candidate has finished yet" in texts(at)
+
+
+def test_candidate_shows_code_verdicts_params_and_metrics(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    best = seeded.read.candidate(run.run_id, run.best.candidate_id)
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id)  # the best by default
+    assert at.code[0].value.strip() == best.source.strip()
+    verdicts = at.dataframe[0].value
+    assert list(verdicts["property"]) == [v.property for v in best.verdicts]
+    assert list(verdicts["verdict"]) == [v.verdict for v in best.verdicts]
+    params = at.dataframe[1].value
+    assert dict(zip(params["param"], params["value"], strict=True)) == pytest.approx(best.params)
+    assert metrics(at)[f"{run.objective} (eval)"] == f"{best.score:.4f}"
+    assert at.get("download_button")
+    assert at.get("vega_lite_chart"), "metrics per instance against the baselines"
+    table = at.dataframe[2].value
+    eval_row = table.xs("eval", level="role").iloc[0]
+    for baseline in seeded.read.baselines(run.run_id):
+        assert eval_row[baseline.name] == pytest.approx(baseline.score)
+
+
+def test_candidate_diff_against_its_parent(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    child = next(c for c in seeded.read.candidates(run.run_id) if c.parent_id is not None)
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(child.candidate_id))
+    diff = at.code[1].value
+    assert diff.startswith("---") or "only the tuned constants differ" in diff
+
+
+def test_compare_a_candidate_with_a_baseline_and_another_candidate(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    best = seeded.read.candidate(run.run_id, run.best.candidate_id)
+    at = open_page(seeded.url, "views/compare.py", run=run.run_id)
+    at.selectbox(key="right-baseline").set_value("lru").run()
+    table = at.dataframe[0].value
+    lru = next(b for b in seeded.read.baselines(run.run_id) if b.name == "lru")
+    row = table[(table["metric"] == run.objective) & (table["role"] == "eval")].iloc[0]
+    assert row.iloc[3] == pytest.approx(best.score)
+    assert row["lru"] == pytest.approx(lru.score)
+    assert row["right - left"] == pytest.approx(lru.score - best.score)
+
+    at.radio(key="right-kind").set_value("candidate").run()
+    assert not at.exception
+    assert at.dataframe[0].value.shape[0] >= 1
+
+
+def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_page) -> None:
+    from search.service import load_target
+
+    at = open_page(seeded.url, "views/launch.py")
+    labels = {w.label for w in [*at.number_input, *at.text_input, *at.selectbox, *at.checkbox]}
+    for option in load_target("kv").options:
+        assert f"{option.name} ({option.type})" in labels
+
+
+def test_launch_with_an_unreachable_endpoint_is_one_line(tmp_path, open_page, monkeypatch) -> None:
+    monkeypatch.setenv("CRUCIBLE_TEST_KEY", "sk-test")
+    url = f"sqlite:///{tmp_path / 'launch.db'}"
+    at = open_page(url, "views/launch.py")
+    at.radio(key="proposer").set_value("llm")
+    at.text_input(key="models").set_value("some-model")
+    at.text_input(key="base-url").set_value("http://127.0.0.1:9/v1")
+    at.text_input(key="key-env").set_value("CRUCIBLE_TEST_KEY")
+    at.button[0].click().run(timeout=90)
+    assert len(at.error) == 1
+    assert at.error[0].value.startswith("The search did not start: ")
+    assert "\n" not in at.error[0].value
+    assert not Store(open_engine(url)).runs(), "nothing stored"

@@ -1,0 +1,1 @@
+"""The web UI: a Streamlit app that watches, inspects, compares and launches searches (`crucible ui`)."""
