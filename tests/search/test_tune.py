@@ -1,0 +1,142 @@
+"""`crucible tune`: an Optuna study over a policy's PARAMS and the mechanism's knobs, run in the sandbox,
+shared by processes through one storage, resumed by name, and recorded as a run of the store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import targets
+from search.cli import main
+from search.errors import UserError
+from search.readmodel import ReadModel
+from search.store import Store, open_engine
+from search.tune import Goal, knobs
+from verifiers.static import check
+
+SMALL = ["--target", "batching", "--set", "requests=0:40", "--sandbox", "process"]
+"""Forty requests of the shipped trace: a trial is one short sandbox job."""
+
+
+def tune(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """`crucible tune` in a child process, as a user (or a second machine) starts it."""
+    command = [
+        sys.executable, "-m", "search.cli", "tune", *SMALL, *args, "--json",
+        "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--db", f"sqlite:///{tmp_path / 'runs.db'}",
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen[str]) -> dict:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err
+    return json.loads(out)
+
+
+def ran(tmp_path: Path, study: str) -> list[optuna.trial.FrozenTrial]:
+    loaded = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return loaded.get_trials(states=states)
+
+
+def test_two_processes_sharing_a_storage_together_run_exactly_the_requested_trials(tmp_path: Path) -> None:
+    first = tune(tmp_path, "--policy", "sarathi", "--trials", "5", "--study", "shared")
+    second = tune(tmp_path, "--policy", "sarathi", "--trials", "5", "--study", "shared")
+    reports = [finished(first), finished(second)]
+    assert sum(r["trials_here"] for r in reports) == 5
+    assert len(ran(tmp_path, "shared")) == 5
+    run_id = reports[0]["run_id"]
+    assert reports[1]["run_id"] == run_id  # one run of the store for the shared study
+    read = ReadModel(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
+    rows = [c for c in read.candidates(run_id) if not c.is_baseline]
+    assert sorted(c.seq for c in rows) == [0, 1, 2, 3, 4]
+    assert {c.proposer for c in rows} == {"tune"}
+
+
+def test_rerunning_a_study_continues_it_up_to_the_requested_trials(tmp_path: Path) -> None:
+    first = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "2", "--study", "again"))
+    second = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "3", "--study", "again"))
+    assert (first["trials_here"], second["trials_here"], second["trials_done"]) == (2, 1, 3)
+    assert first["run_id"] == second["run_id"]
+    info = ReadModel(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}"))).run(first["run_id"])
+    assert (info.status, info.done, info.best_baseline.name) == ("finished", 3, "sarathi (as configured)")
+
+
+def test_the_first_trial_is_the_policy_as_configured_and_the_gain_is_measured_against_it(
+    tmp_path: Path,
+) -> None:
+    report = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "3", "--seed", "1"))
+    assert ran(tmp_path, report["study"])[0].params == {"token_budget": 512.0}
+    assert report["configured"]["values"]["token_budget"] == 512.0
+    best, configured = report["front"][0], report["configured"]
+    assert best["train"]["slo_attainment"] >= ran(tmp_path, report["study"])[0].value
+    gain = best["eval"]["slo_attainment"] - configured["eval"]["slo_attainment"]
+    assert report["gain"]["slo_attainment"] == pytest.approx(gain)
+
+
+def test_several_objectives_give_a_pareto_front_of_trials_none_dominates(tmp_path: Path) -> None:
+    objectives = ["--objective", "slo_attainment", "--objective", "ttft_p99_ms"]
+    report = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "4", *objectives))
+    assert [g["direction"] for g in report["goals"]] == ["maximize", "minimize"]
+    front = [(p["train"]["slo_attainment"], p["train"]["ttft_p99_ms"]) for p in report["front"]]
+    assert front
+    for a in front:
+        assert not any(b[0] >= a[0] and b[1] <= a[1] and b != a for b in front)
+    every = [(t.values[0], t.values[1]) for t in ran(tmp_path, report["study"])]
+    for a in front:  # the front is the non-dominated set of the whole study
+        assert not any(b[0] >= a[0] and b[1] <= a[1] and b != a for b in every)
+
+
+def test_an_objective_states_its_direction_unless_the_target_or_its_unit_says_it() -> None:
+    target = targets.load("batching")
+    assert Goal.parse("slo_attainment", target).direction == "maximize"
+    assert Goal.parse("ttft_p99_ms", target).direction == "minimize"
+    assert Goal.parse("goodput_rps:max", target).direction == "maximize"
+    with pytest.raises(UserError, match="goodput_rps:max or goodput_rps:min"):
+        Goal.parse("goodput_rps", target)
+
+
+def test_a_policy_tuning_an_option_as_params_leaves_that_option_out_of_the_knobs() -> None:
+    target = targets.load("batching")
+    sarathi = check(target.baselines()["sarathi"], target.signatures)
+    fcfs = check(target.baselines()["fcfs"], target.signatures)
+    tunable = {o.name for o in target.options if getattr(o, "tune", None)}
+    assert [k.name for k in knobs(target, sarathi) if k.name == "token_budget"] == ["token_budget"]
+    assert [k.kind for k in knobs(target, sarathi) if k.name == "token_budget"] == ["param"]
+    assert {k.name for k in knobs(target, fcfs)} == tunable
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nosuch"], "neither a baseline of batching"),
+        (["--policy", "fcfs", "--trials", "0"], "--trials must be at least 1"),
+        (["--policy", "fcfs", "--objective", "slo_attainment:up"], "slo_attainment:max"),
+        (["--policy", "fcfs", "--storage", "redis://x"], "expected an RDB URL"),
+        (["--policy", "fcfs", "--set", "max_seqs=0"], "max_seqs"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "tune",
+                "--target",
+                "batching",
+                *args,
+                "--db",
+                f"sqlite:///{tmp_path / 'r.db'}",
+                "--sandbox",
+                "process",
+            ]
+        )
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2
+    assert lines[-1].startswith("crucible: error: ") and message in lines[-1]
