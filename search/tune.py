@@ -157,7 +157,7 @@ def knobs(target: Target, program: Program) -> tuple[Knob, ...]:
 
 def tune_range(option: Option) -> tuple[float, float] | None:
     """The range an option declares for tuning (None when it is not a knob of the mechanism)."""
-    bounds = getattr(option, "tune", None)
+    bounds = option.tune
     return (float(bounds[0]), float(bounds[1])) if bounds else None
 
 

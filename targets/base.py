@@ -129,6 +129,8 @@ class Option:
     choices: tuple[Any, ...] = ()
     required: bool = False
     """For a command's arguments: no default, the user must give it."""
+    tune: tuple[float, float] | None = None
+    """A knob a deployment sets freely: the range `crucible tune` searches (log scale over a decade)."""
 
     def parse(self, text: str) -> Any:
         """The value of `--set name=text`, checked; OptionError names the option and what it allows."""

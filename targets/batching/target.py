@@ -76,8 +76,9 @@ OPTIONS = (
         DEFAULTS["token_budget"],
         "tokens per iteration (so also the prefill chunk) unless a candidate tunes PARAMS['token_budget']",
         low=1,
+        tune=(64, 16384),
     ),
-    Option("max_seqs", "int", DEFAULTS["max_seqs"], "requests in one batch at most", low=1),
+    Option("max_seqs", "int", DEFAULTS["max_seqs"], "requests in one batch at most", low=1, tune=(1, 1024)),
     Option("ttft_slo_s", "float", DEFAULTS["ttft_slo_s"], "time-to-first-token SLO in seconds", low=0.0),
     Option("tpot_slo_s", "float", DEFAULTS["tpot_slo_s"], "time-per-output-token SLO in seconds", low=0.0),
     Option(

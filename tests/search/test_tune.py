@@ -101,14 +101,20 @@ def test_an_objective_states_its_direction_unless_the_target_or_its_unit_says_it
         Goal.parse("goodput_rps", target)
 
 
-def test_a_policy_tuning_an_option_as_params_leaves_that_option_out_of_the_knobs() -> None:
+def test_the_knobs_are_the_policy_params_then_the_declared_options_it_does_not_tune_itself() -> None:
     target = targets.load("batching")
-    sarathi = check(target.baselines()["sarathi"], target.signatures)
-    fcfs = check(target.baselines()["fcfs"], target.signatures)
-    tunable = {o.name for o in target.options if getattr(o, "tune", None)}
-    assert [k.name for k in knobs(target, sarathi) if k.name == "token_budget"] == ["token_budget"]
-    assert [k.kind for k in knobs(target, sarathi) if k.name == "token_budget"] == ["param"]
-    assert {k.name for k in knobs(target, fcfs)} == tunable
+    sarathi = check(target.baselines()["sarathi"], target.signatures)  # PARAMS token_budget
+    fcfs = check(target.baselines()["fcfs"], target.signatures)  # no PARAMS
+    assert [(k.name, k.kind) for k in knobs(target, fcfs)] == [
+        ("token_budget", "option"),
+        ("max_seqs", "option"),
+    ]
+    assert [(k.name, k.kind) for k in knobs(target, sarathi)] == [
+        ("token_budget", "param"),
+        ("max_seqs", "option"),
+    ]
+    max_seqs = knobs(target, fcfs)[1]
+    assert (max_seqs.low, max_seqs.high, max_seqs.log, max_seqs.integer) == (1, 1024, True, True)
 
 
 @pytest.mark.parametrize(
