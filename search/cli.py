@@ -26,7 +26,7 @@ from verifiers.static import StaticError
 
 from . import kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
 from .errors import UserError
-from .evaluation import checked, evaluate_baselines, evaluate_file, read_program, verify
+from .evaluation import checked, evaluate_baselines, evaluate_file, plan, read_program, verify
 from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
@@ -456,7 +456,8 @@ def _workload_and_options(args: argparse.Namespace) -> tuple[Target, str | None,
 
 def _baselines(args: argparse.Namespace) -> None:
     target, workload, options = _workload_and_options(args)
-    table = evaluate_baselines(target, workload, options, _sandbox(args), args.workers)
+    planned = plan(target, workload, options)
+    table = evaluate_baselines(target, planned, _sandbox(args), args.workers)
     if args.json:
         _print_json(table.to_json())
     else:
@@ -467,7 +468,8 @@ def _eval(args: argparse.Namespace) -> None:
     target, workload, options = _workload_and_options(args)
     program = read_program(target, Path(args.file))
     tuning = Tuning(trials=args.trials, seed=args.seed) if args.tune else None
-    done = evaluate_file(target, args.file, program, workload, options, _sandbox(args), tuning)
+    planned = plan(target, workload, options)
+    done = evaluate_file(target, args.file, program, planned, _sandbox(args), tuning)
     for verdict in done.refuted:
         cex = json.dumps(verdict.counterexample, sort_keys=True) if verdict.counterexample else ""
         _warn(f"{args.file} fails the hard property {verdict.property}: {verdict.message} {cex}".rstrip())

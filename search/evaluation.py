@@ -13,7 +13,7 @@ from typing import Any
 
 from sandbox.base import Sandbox
 from sandbox.job import Job, Tuning
-from targets.base import Target
+from targets.base import Instance, Target
 from verifiers.program import Program
 from verifiers.properties import Outcome
 from verifiers.smt import Verifier
@@ -23,6 +23,21 @@ from .errors import UserError
 from .loop import domains
 from .readmodel import Verdict
 from .service import instances, resolve
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A checked workload (absolute if a file), the options with their defaults, and the instances."""
+
+    workload: str
+    options: dict[str, Any]
+    instances: tuple[Instance, ...]
+
+
+def plan(target: Target, workload: str | None, options: dict[str, Any]) -> Planned:
+    """Check what a user asked to evaluate on, before a sandbox is chosen or anything runs."""
+    workload, values = resolve(target, workload, options)
+    return Planned(workload, values, tuple(instances(target, workload, values)))
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,7 @@ class FileEvaluation:
 
 def evaluate_baselines(
     target: Target,
-    workload: str | None,
-    options: dict[str, Any],
+    planned: Planned,
     sandbox: Sandbox,
     workers: int,
     executor: Executor | None = None,
@@ -67,8 +81,7 @@ def evaluate_baselines(
     """Run every baseline (candidate-format and built-in) on the workload's eval instances."""
     if workers < 1:
         raise UserError(f"workers must be a whole number of at least 1, got {workers}")
-    workload, values = resolve(target, workload, options)
-    evals = tuple(i for i in instances(target, workload, values) if i.role == "eval")
+    evals = tuple(i for i in planned.instances if i.role == "eval")
     jobs = [Job(target.name, source, evals) for source in target.baselines().values()]
     jobs += [Job(target.name, "", evals, builtin=name) for name in target.builtin_baselines()]
     names = [*target.baselines(), *target.builtin_baselines()]
@@ -82,21 +95,19 @@ def evaluate_baselines(
         if result.status != "ok":
             raise UserError(f"baseline {name} failed: {result.status}: {result.message}")
         table[name] = result.instances[0].metrics
-    return BaselineTable(workload, values, evals[0].label, table)
+    return BaselineTable(planned.workload, planned.options, evals[0].label, table)
 
 
 def evaluate_file(
     target: Target,
     file: str,
     program: Program,
-    workload: str | None,
-    options: dict[str, Any],
+    planned: Planned,
     sandbox: Sandbox,
     tuning: Tuning | None = None,
 ) -> FileEvaluation:
     """Prove the file's properties, then evaluate it (tuning PARAMS on the train instances if asked)."""
-    workload, values = resolve(target, workload, options)
-    chosen = instances(target, workload, values)
+    chosen = list(planned.instances)
     if tuning is None:
         chosen = [i for i in chosen if i.role == "eval"]
     refuted = [
@@ -111,8 +122,8 @@ def evaluate_file(
     evals = [i for i in result.instances if i.role == "eval"]
     return FileEvaluation(
         file=file,
-        workload=workload,
-        options=values,
+        workload=planned.workload,
+        options=planned.options,
         instance=evals[0].label if evals else "",
         params=result.params,
         metrics=evals[0].metrics if evals else {},
