@@ -15,8 +15,8 @@ verdict is therefore about the real-valued function, and what it leaves unproved
 that is non-zero in reals but rounds to 0.0 (e.g. 1 / (1e-200 * 1e-200)), an intermediate product that
 overflows while the output is bounded, a comparison decided the other way by one ulp. exp is the one
 place where underflow is modelled (exp(x) is 0.0 from x = -745.133 down, as in doubles), because
-"exp(-x) > 0" is the proof such a divisor would otherwise get wrongly. Interval bounds are widened one ulp
-per operation, so they hold for the reals.
+"exp(-x) > 0" is the proof such a divisor would otherwise get wrongly. Interval bounds (verifiers/intervals)
+move one ulp outward wherever a double operation rounded, so they hold for the reals.
 
 log, exp, sqrt and non-small powers are not in real arithmetic. They are uninterpreted functions with
 facts that hold for the real functions and their doubles alike (monotone, signs, log(1) = 0, exp(0) = 1,
@@ -52,11 +52,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from multiprocessing.connection import Connection
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import z3
 
 from verifiers.compiler import ExprVisitor, unroll
+from verifiers.intervals import DOMAINS, Intervals
 from verifiers.program import Program
 from verifiers.properties import (
     Bounded,
@@ -96,42 +97,35 @@ _VERBS: dict[Fault, str] = {
 }
 
 
-# Two algebras over which one translation runs: Z3 reals (to search) and Python floats (to replay).
+# The algebras one translation runs over: Z3 reals (to search), Python floats (to replay), and intervals
+# (verifiers.intervals, to settle a property over the domain's box without Z3).
 
 
-class _Algebra(Generic[V, B]):
-    """What each operation of the subset becomes; faults are not its concern (see _Expr)."""
+class _Algebra(Protocol[V, B]):
+    """What each operation of the subset becomes; faults are not its concern (see _Expr). Three implement
+    it: _Floats and _Reals here, and verifiers.intervals.Intervals."""
 
-    def const(self, x: float) -> V:
-        raise NotImplementedError
+    def const(self, x: float) -> V: ...
 
-    def arith(self, op: str, a: V, b: V) -> V:
-        raise NotImplementedError
+    def arith(self, op: str, a: V, b: V) -> V: ...
 
-    def neg(self, a: V) -> V:
-        raise NotImplementedError
+    def neg(self, a: V) -> V: ...
 
-    def cmp(self, op: str, a: V, b: V) -> B:
-        raise NotImplementedError
+    def cmp(self, op: str, a: V, b: V) -> B: ...
 
-    def ite(self, c: B, a: V, b: V) -> V:
-        raise NotImplementedError
+    def ite(self, c: B, a: V, b: V) -> V: ...
 
-    def all(self, cs: Sequence[B]) -> B:
-        raise NotImplementedError
+    def all(self, cs: Sequence[B]) -> B: ...
 
-    def any(self, cs: Sequence[B]) -> B:
-        raise NotImplementedError
+    def any(self, cs: Sequence[B]) -> B: ...
 
-    def negate(self, c: B) -> B:
-        raise NotImplementedError
+    def negate(self, c: B) -> B: ...
 
     def apply(self, name: str, a: V) -> V:
         """log, log1p, exp, sqrt, floor or ceil of one value."""
-        raise NotImplementedError
+        ...
 
-    def power(self, a: V, exponent: float) -> V:
-        raise NotImplementedError
+    def power(self, a: V, exponent: float) -> V: ...
 
 
 class _Floats(_Algebra[float, bool]):
@@ -206,111 +200,6 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "==": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
 }
-
-
-Box = tuple[float, float]
-Maybe = tuple[bool, bool]
-"""A condition over a box: whether it can be true, whether it can be false."""
-_TOP: Box = (-math.inf, math.inf)
-
-
-class _Intervals(_Algebra[Box, Maybe]):
-    """Interval bounds over the domain's box, each result widened one ulp outward so it is sound for the
-    reals; a fault that no box allows, or an output inside its bounds, needs no Z3 at all."""
-
-    def const(self, x: float) -> Box:
-        return (x, x)
-
-    def arith(self, op: str, a: Box, b: Box) -> Box:
-        match op:
-            case "+":
-                return _out(a[0] + b[0], a[1] + b[1])
-            case "-":
-                return _out(a[0] - b[1], a[1] - b[0])
-            case "*":
-                return _out(*_span([_times(x, y) for x in a for y in b]))
-        if b[0] <= 0.0 <= b[1]:
-            return _TOP
-        if op == "%":  # Python's % takes the divisor's sign and stays below its size
-            return (0.0, b[1]) if b[0] > 0 else (b[0], 0.0)
-        quotient = _out(*_span([x / y for x in a for y in b]))
-        return quotient if op == "/" else self.apply("floor", quotient)
-
-    def neg(self, a: Box) -> Box:
-        return (-a[1], -a[0])
-
-    def cmp(self, op: str, a: Box, b: Box) -> Maybe:
-        match op:
-            case "<":
-                return (a[0] < b[1], a[1] >= b[0])
-            case "<=":
-                return (a[0] <= b[1], a[1] > b[0])
-            case ">":
-                return self.cmp("<", b, a)
-            case ">=":
-                return self.cmp("<=", b, a)
-        meet = a[0] <= b[1] and b[0] <= a[1]
-        single = a[0] == a[1] == b[0] == b[1]
-        return (meet, not single) if op == "==" else (not single, meet)
-
-    def ite(self, c: Maybe, a: Box, b: Box) -> Box:
-        if not c[1]:
-            return a
-        if not c[0]:
-            return b
-        return (min(a[0], b[0]), max(a[1], b[1]))
-
-    def all(self, cs: Sequence[Maybe]) -> Maybe:
-        return (all(c[0] for c in cs), any(c[1] for c in cs))
-
-    def any(self, cs: Sequence[Maybe]) -> Maybe:
-        return (any(c[0] for c in cs), all(c[1] for c in cs))
-
-    def negate(self, c: Maybe) -> Maybe:
-        return (c[1], c[0])
-
-    def apply(self, name: str, a: Box) -> Box:
-        """Each function is monotone, so the ends of the box (clipped to its domain) bound it."""
-        floats = _Floats()
-        match name:
-            case "log" | "log1p" | "sqrt":
-                edge = {"log": 0.0, "log1p": -1.0, "sqrt": 0.0}[name]
-                if a[1] <= edge:
-                    return _TOP  # undefined everywhere: the fault is flagged, the value does not matter
-                low = -math.inf if a[0] <= edge and name != "sqrt" else floats.apply(name, max(a[0], edge))
-                return _out(low, floats.apply(name, a[1]))
-            case "exp":
-                return _out(floats.apply("exp", a[0]), floats.apply("exp", a[1]))
-        rounded = math.floor if name == "floor" else math.ceil
-        return tuple(float(rounded(v)) if math.isfinite(v) else v for v in a)  # type: ignore[return-value]
-
-    def power(self, a: Box, exponent: float) -> Box:
-        if exponent == 0:
-            return (1.0, 1.0)
-        if not exponent.is_integer():
-            if a[1] < 0:
-                return _TOP
-            a = (max(a[0], 0.0), a[1])
-        elif exponent % 2 == 0 and a[0] < 0:  # an even power folds the box onto its magnitudes
-            a = (0.0 if a[1] >= 0 else -a[1], max(-a[0], a[1]))
-        if exponent < 0 and a[0] <= 0.0 <= a[1]:
-            return _TOP
-        ends = [_Floats().power(v, exponent) for v in a]
-        return _out(*_span(ends))
-
-
-def _times(x: float, y: float) -> float:
-    return 0.0 if x == 0.0 or y == 0.0 else x * y  # 0 * inf is 0 here: the box's end is never reached
-
-
-def _span(values: list[float]) -> Box:
-    return _TOP if any(math.isnan(v) for v in values) else (min(values), max(values))
-
-
-def _out(low: float, high: float) -> Box:
-    if math.isnan(low) or math.isnan(high):
-        return _TOP
-    return (math.nextafter(low, -math.inf), math.nextafter(high, math.inf))
 
 
 @dataclass
@@ -620,12 +509,10 @@ class _Expr(ExprVisitor[_Val[V, B]]):
                 x, lo, hi = values
                 low = alg.ite(alg.cmp(">", lo, x), lo, x)
                 return _Val(alg.ite(alg.cmp("<", hi, low), hi, low), faults)
-            case "log":
-                faults += (self.fault("log", alg.cmp("<=", values[0], zero)),)
-            case "log1p":
-                faults += (self.fault("log", alg.cmp("<=", values[0], alg.const(-1.0))),)
-            case "sqrt":
-                faults += (self.fault("sqrt", alg.cmp("<", values[0], zero)),)
+            case "log" | "log1p" | "sqrt":
+                edge, closed = DOMAINS[name]
+                outside = alg.cmp("<" if closed else "<=", values[0], alg.const(edge))
+                faults += (self.fault("sqrt" if name == "sqrt" else "log", outside),)
             case "exp":
                 faults += (self.fault("overflow", alg.cmp(">", values[0], alg.const(EXP_MAX))),)
         return _Val(alg.apply(name, values[0]), faults)
@@ -760,7 +647,7 @@ class _Prover:
     def _inside_the_box(self, fn: ast.FunctionDef, domain: Domain, check: NoFault | Bounded) -> bool:
         """Whether interval bounds alone prove the property (relations ignored: a superset, still sound)."""
         params = {p.name: (p.low, p.high) for p in self.program.params}
-        run = _execute(fn, _Intervals(), domain.bounds, params)
+        run = _execute(fn, Intervals(), domain.bounds, params)
         if isinstance(check, NoFault):
             return not any(f.unsafe[0] for f in run.faults if f.kind == check.fault)
         low, high = run.value

@@ -24,11 +24,22 @@ from typing import TypeGuard
 from search.database import node_count
 from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, TargetBrief
 from targets.base import Feature, FeatureRegistry
+from verifiers.intervals import (
+    DOMAINS,
+    TOP,
+    Interval,
+    Intervals,
+    absolute,
+    clamp,
+    hull,
+    maximum,
+    may_be_zero,
+    minimum,
+    outside,
+    power_faults,
+)
 from verifiers.program import ParamRange, Signature
 from verifiers.static import StaticError, check, is_docstring, number
-
-Interval = tuple[float, float]
-_TOP: Interval = (-math.inf, math.inf)
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {
@@ -787,13 +798,15 @@ def _unsafe(
 
 @dataclass
 class _Bounds:
-    """Interval bounds over the feature and param ranges; records each operation that may fault."""
+    """Interval bounds (verifiers.intervals) over the feature and param ranges; records each operation that
+    may fault, by the same rules as the verifier's interval pass."""
 
     state: str
     params_arg: str
     features: Mapping[str, Interval]
     params: Mapping[str, Interval]
     unsafe: list[str] = field(default_factory=list)
+    alg: Intervals = field(default_factory=Intervals)
 
     def block(self, stmts: list[ast.stmt], env: dict[str, Interval]) -> dict[str, Interval]:
         for stmt in stmts:
@@ -801,41 +814,40 @@ class _Bounds:
                 case ast.Assign(targets=[ast.Name(id=name)], value=value):
                     env = {**env, name: self.expr(value, env)}
                 case ast.AugAssign(target=ast.Name(id=name), op=op, value=value):
-                    env = {**env, name: self.binop(stmt, env.get(name, _TOP), op, value, env)}
+                    env = {**env, name: self.binop(stmt, env.get(name, TOP), op, value, env)}
                 case ast.Return(value=ast.expr() as value):
                     self.expr(value, env)
                 case ast.If(test=test, body=then, orelse=other):
                     self.expr(test, env)
                     a, b = self.block(then, env), self.block(other, env)
-                    env = {n: _hull(*(e[n] for e in (a, b) if n in e)) for n in sorted(a.keys() | b.keys())}
+                    env = {n: hull(*(e[n] for e in (a, b) if n in e)) for n in sorted(a.keys() | b.keys())}
                 case ast.For(target=ast.Name(id=var), body=body):
                     loose = {
-                        n.id: _TOP
+                        n.id: TOP
                         for n in ast.walk(stmt)
                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
                     }
-                    env = {**self.block(body, {**env, **loose, var: _TOP}), **loose}
+                    env = {**self.block(body, {**env, **loose, var: TOP}), **loose}
         return env
 
     def flag(self, node: ast.AST) -> Interval:
         self.unsafe.append(ast.unparse(node))
-        return _TOP
+        return TOP
 
     def expr(self, node: ast.expr, env: Mapping[str, Interval]) -> Interval:
         match node:
             case ast.Constant(value=bool()):
                 return (0.0, 1.0)
             case ast.Constant(value=int() | float() as value):
-                return (float(value), float(value))
+                return self.alg.const(float(value))
             case ast.Name(id=name):
-                return env.get(name, _TOP)
+                return env.get(name, TOP)
             case ast.Attribute(value=ast.Name(id=base), attr=attr) if base == self.state:
-                return self.features.get(attr, _TOP)
+                return self.features.get(attr, TOP)
             case ast.Attribute(value=ast.Name(id=base), attr=attr) if base == self.params_arg:
-                return self.params.get(attr, _TOP)
+                return self.params.get(attr, TOP)
             case ast.UnaryOp(op=ast.USub(), operand=operand):
-                lo, hi = self.expr(operand, env)
-                return (-hi, -lo)
+                return self.alg.neg(self.expr(operand, env))
             case ast.UnaryOp(op=ast.UAdd(), operand=operand):
                 return self.expr(operand, env)
             case ast.UnaryOp(operand=operand):
@@ -848,108 +860,51 @@ class _Bounds:
                     self.expr(part, env)
                 return (0.0, 1.0)
             case ast.BoolOp(values=values):
-                return _hull((0.0, 1.0), *(self.expr(v, env) for v in values))
+                return hull((0.0, 1.0), *(self.expr(v, env) for v in values))
             case ast.IfExp(test=test, body=body, orelse=orelse):
                 self.expr(test, env)
-                return _hull(self.expr(body, env), self.expr(orelse, env))
+                return hull(self.expr(body, env), self.expr(orelse, env))
             case ast.Call(func=ast.Name(id=name), args=args):
                 return self.call(node, name, [self.expr(a, env) for a in args])
-        return _TOP
+        return TOP
 
     def binop(
         self, node: ast.AST, a: Interval, op: ast.operator, right: ast.expr, env: Mapping[str, Interval]
     ) -> Interval:
         if isinstance(op, ast.Pow):
             exponent = number(right)
-            return _TOP if exponent is None else self.power(node, a, exponent)
+            if exponent is None:
+                return TOP
+            return self.flag(node) if power_faults(a, exponent) else self.alg.power(a, exponent)
         b = self.expr(right, env)
-        if isinstance(op, ast.Add):
-            return (_low(a[0] + b[0]), _high(a[1] + b[1]))
-        if isinstance(op, ast.Sub):
-            return (_low(a[0] - b[1]), _high(a[1] - b[0]))
-        if isinstance(op, ast.Mult):
-            return _span([_mul(x, y) for x in a for y in b])
-        if b[0] <= 0.0 <= b[1]:
+        symbol = _ARITH.get(type(op))
+        if symbol is None:
+            return TOP
+        if symbol in ("/", "//", "%") and may_be_zero(b):
             return self.flag(node)
-        if isinstance(op, ast.Mod):
-            return (0.0, b[1]) if b[0] > 0 else (b[0], 0.0)
-        quotient = _span([x / y for x in a for y in b])
-        if isinstance(op, ast.FloorDiv):
-            return (_round(math.floor, quotient[0]), _round(math.floor, quotient[1]))
-        return quotient
-
-    def power(self, node: ast.AST, a: Interval, n: float) -> Interval:
-        whole = n == math.floor(n)
-        if (n < 0 and a[0] <= 0.0 <= a[1]) or (not whole and a[0] < 0):
-            return self.flag(node)
-        corners = [_pow(a[0], n), _pow(a[1], n)]
-        if a[0] < 0.0 < a[1] and int(n) % 2 == 0:
-            return (0.0, max(corners))
-        return _span(corners)
+        return self.alg.arith(symbol, a, b)
 
     def call(self, node: ast.AST, name: str, args: list[Interval]) -> Interval:
         if name in ("min", "max") and len(args) >= 2:
-            pick = min if name == "min" else max
-            return (pick(a[0] for a in args), pick(a[1] for a in args))
+            return minimum(args) if name == "min" else maximum(args)
         if name == "clamp" and len(args) == 3:
-            (x0, x1), (l0, l1), (h0, h1) = args
-            return (min(max(x0, l0), h0), min(max(x1, l1), h1))
+            return clamp(*args)
         if len(args) != 1:
-            return _TOP
-        lo, hi = args[0]
+            return TOP
         if name == "abs":
-            return (lo, hi) if lo >= 0 else (-hi, -lo) if hi <= 0 else (0.0, max(-lo, hi))
-        if name == "exp":
-            return (_exp(lo), _exp(hi))
-        if name in ("floor", "ceil"):
-            f = math.floor if name == "floor" else math.ceil
-            return (_round(f, lo), _round(f, hi))
-        domain = {"log": 0.0, "log1p": -1.0}
-        if name in domain:
-            if lo <= domain[name]:
-                return self.flag(node)
-            f = math.log if name == "log" else math.log1p
-            return (f(lo), f(hi))
-        if name == "sqrt":
-            return self.flag(node) if lo < 0 else (math.sqrt(lo), math.sqrt(hi))
-        return _TOP
+            return absolute(args[0])
+        if name in DOMAINS and outside(name, args[0]):
+            return self.flag(node)
+        if name in ("exp", "floor", "ceil", *DOMAINS):
+            return self.alg.apply(name, args[0])
+        return TOP
 
 
-def _hull(*intervals: Interval) -> Interval:
-    return (min(i[0] for i in intervals), max(i[1] for i in intervals))
-
-
-def _span(values: list[float]) -> Interval:
-    return _TOP if any(math.isnan(v) for v in values) else (min(values), max(values))
-
-
-def _low(value: float) -> float:
-    return -math.inf if math.isnan(value) else value
-
-
-def _high(value: float) -> float:
-    return math.inf if math.isnan(value) else value
-
-
-def _mul(x: float, y: float) -> float:
-    return 0.0 if x == 0.0 or y == 0.0 else x * y
-
-
-def _exp(x: float) -> float:
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
-
-
-def _pow(x: float, n: float) -> float:
-    try:
-        return float(x**n)
-    except OverflowError:
-        return -math.inf if x < 0 and int(n) % 2 else math.inf
-    except ZeroDivisionError:
-        return math.inf
-
-
-def _round(f: Callable[[float], int], x: float) -> float:
-    return float(f(x)) if math.isfinite(x) else x
+_ARITH: dict[type[ast.operator], str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+}

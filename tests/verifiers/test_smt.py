@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verifiers.compiler import param_vector, to_numba, to_python
+from verifiers.intervals import Intervals
 from verifiers.program import Program, Signature
 from verifiers.properties import (
     Bounded,
@@ -27,7 +28,7 @@ from verifiers.properties import (
     Outcome,
     Property,
 )
-from verifiers.smt import Verifier, _execute, _facts, _Floats, _Intervals, _monotone, _Reals, prove
+from verifiers.smt import Verifier, _execute, _facts, _Floats, _monotone, _Reals, prove
 from verifiers.static import check
 
 BOUNDS = {"x": (0.0, 100.0), "y": (-10.0, 10.0), "w": (0.0, 1.0e6), "n": (1.0, 64.0)}
@@ -346,7 +347,7 @@ def test_z3_term_float_replay_and_interval_bounds_agree_with_the_compiled_functi
     prog = program(body, PARAMS)
     params = {"w_hits": w_hits, "half": half}
     faults = _execute(prog.functions["f"], _Floats(), inputs, {**prog.defaults(), **params})
-    box = _execute(prog.functions["f"], _Intervals(), BOUNDS, {"w_hits": (0.0, 8.0), "half": (1.0, 3600.0)})
+    box = _execute(prog.functions["f"], Intervals(), BOUNDS, {"w_hits": (0.0, 8.0), "half": (1.0, 3600.0)})
     try:
         expected = run_python(prog, inputs, params)
     except (ArithmeticError, ValueError):
