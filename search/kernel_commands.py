@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--block", type=int, default=8, help="KV block size in tokens of the attention kernels")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back split")
     p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured H100 CSVs instead")
+    p.add_argument("--json", action="store_true", help="the profile's summary as JSON on stdout")
 
     _validate_parser(sub)
 
@@ -73,8 +75,42 @@ def profile(args: argparse.Namespace) -> None:
     except ProfileError as exc:
         raise UserError(str(exc)) from None
     result.save(args.output)
-    Console().print(error_table(result))
+    if args.json:
+        print(json.dumps(profile_summary(result, args.output), indent=2))
+    else:
+        Console().print(error_table(result))
     _err.print(f"wrote {args.output}", markup=False)
+
+
+def profile_summary(profile: Profile, output: str) -> dict[str, Any]:
+    """What `profile --json` prints: where the profile went, what it measured, and each fit's terms,
+    coefficients and error on the measurements held back from it (null where none were)."""
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    fits = [*profile.operators.items()]
+    fits += [(f"{op}/{g}", f) for op, by in profile.collectives.items() for g, f in by.items()]
+    return {
+        "output": str(Path(output).resolve()),
+        "name": profile.name,
+        "device": profile.device,
+        "source": profile.source,
+        "model": profile.model.name,
+        "fits": [
+            {
+                "operator": name,
+                "terms": list(fit.terms),
+                "coef_ms": list(fit.coef),
+                "samples": len(fit.samples),
+                "held_back": held_back,
+                "median_error": number(median),
+                "worst_error": number(worst),
+            }
+            for name, fit in fits
+            for median, worst, held_back in [fit.errors()]
+        ],
+    }
 
 
 def error_table(profile: Profile) -> Table:

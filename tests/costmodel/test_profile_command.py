@@ -151,3 +151,28 @@ def test_validate_names_the_window_a_slice_must_lie_in(capsys) -> None:
         main(["validate", "--target", "kv", "--candidates", "lru", "--requests", "0:999999"])
     assert exc.value.code == 2
     assert "option requests: need 0 <= START < STOP <=" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not VIDUR.is_dir(), reason="needs ../shared/data/gpu-profiles")
+def test_profile_json_is_the_summary_of_the_profile_it_wrote(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    main(["profile", "--from-vidur", str(VIDUR), "--output", "h100.json", "--json"])
+    summary = json.loads(capsys.readouterr().out)  # stdout is the JSON alone
+    written = load_profile(str(tmp_path / "h100.json"))
+    assert summary["output"] == str(tmp_path / "h100.json")
+    assert (summary["name"], summary["device"], summary["model"]) == (
+        written.name,
+        written.device,
+        written.model.name,
+    )
+    fits = {f["operator"]: f for f in summary["fits"]}
+    assert set(fits) == {op for op, *_ in written.error_table()}
+    all_reduce = fits["all_reduce/8"]
+    assert all_reduce["coef_ms"] == list(written.collectives["all_reduce"][8].coef)
+    median, worst, held_back = written.collectives["all_reduce"][8].errors()
+    assert (all_reduce["median_error"], all_reduce["worst_error"], all_reduce["held_back"]) == (
+        median,
+        worst,
+        held_back,
+    )
+    assert 0 < held_back < all_reduce["samples"] and 0 <= median <= worst
