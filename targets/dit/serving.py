@@ -131,10 +131,16 @@ class Served:
     end_s: float
 
 
-@njit(types.void(FUNCTION_TYPE, types.float64[:, ::1], types.float64[::1], types.float64[::1]), cache=True)
-def _score_all(key, X, P, out):  # type: ignore[no-untyped-def]
+def _score_rows(key, X, P, out):  # type: ignore[no-untyped-def]
     for i in range(X.shape[0]):
         out[i] = key(X, i, P)
+
+
+@functools.cache
+def score_all() -> Callable[..., None]:
+    """Every option's score in one compiled loop, compiled once per process (not at import)."""
+    signature = types.void(FUNCTION_TYPE, types.float64[:, ::1], types.float64[::1], types.float64[::1])
+    return njit(signature, cache=True)(_score_rows)
 
 
 Options = tuple[np.ndarray, list[tuple[int, StepCost]]]
@@ -193,7 +199,7 @@ def serve(
             if not chosen:
                 break
             scores = np.empty(len(chosen))
-            _score_all(key, X, params, scores)
+            score_all()(key, X, params, scores)
             scores = np.where(np.isnan(scores), -np.inf, scores)
             best = int(np.argmax(scores))  # the first of equals: earlier request, then fewer GPUs
             if scores[best] < 0 and running:
