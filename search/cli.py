@@ -25,6 +25,7 @@ from targets.base import Option, OptionError, Target, WorkloadError
 from verifiers.static import StaticError
 
 from . import kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
+from .ci import command as ci_command
 from .errors import UserError
 from .evaluation import checked, evaluate_baselines, evaluate_file, plan, read_program, verify
 from .loop import Reporter, RunConfig
@@ -212,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     target_commands.add_parsers(sub)
     ui_command.add_parsers(sub)
     tune_command.add_parsers(sub)
+    ci_command.add_parsers(sub)
     return parser
 
 
@@ -231,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             **target_commands.handlers(),
             "ui": ui_command.ui,
             "tune": tune_command.run,
+            "ci": ci_command.run,
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, OptionError, StoreError, StaticError, SandboxUnavailable) as exc:

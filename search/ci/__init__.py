@@ -1,0 +1,1 @@
+"""The CI autotuning job: `crucible ci` re-checks champions, gates regressions, searches, reports."""
