@@ -116,3 +116,19 @@ def test_the_patch_applies_with_git_apply_at_the_repository_root(tmp_path: Path,
     done = git("apply", "fix.diff")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "policies/evictor.py").read_text() == new
+
+
+def test_the_example_workflow_runs_nightly_and_on_demand_and_uploads_the_reports() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    workflow = yaml.safe_load((root / ".github/workflows/crucible-nightly.yml").read_text())
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true
+    assert "schedule" in triggers and "workflow_dispatch" in triggers
+    steps = workflow["jobs"]["crucible"]["steps"]
+    runs = " ".join(s.get("run", "") for s in steps)
+    assert (
+        "crucible sandbox build" in runs and "crucible ci --config crucible.toml --output crucible-ci" in runs
+    )
+    uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["path"] == "crucible-ci/" and uploads[0]["if"] == "always()"
