@@ -75,6 +75,7 @@ class DiTTarget:
     signatures = (SCORE,)
     objective = Objective("slo_attainment", "maximize")
     report_metrics = METRICS
+    integer_metrics = ("unfinished",)
     options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:
@@ -115,6 +116,10 @@ class DiTTarget:
 
     def commands(self) -> tuple[Command, ...]:
         return COMMANDS
+
+    def validation(self) -> None:
+        """No serving engine to validate against: the real block (block.py) checks the parallel methods."""
+        return None
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
