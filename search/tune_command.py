@@ -142,7 +142,8 @@ def show(report: TuneReport, console: Console) -> None:
 
     def row(label: str, values: dict[str, float], scored: dict[str, float] | None) -> None:
         knobs = [_number(values.get(k["name"])) for k in report.knobs]
-        table.add_row(label, *knobs, *(_number((scored or {}).get(m)) for m in metrics))
+        figures = [(scored or {}).get(m) for m in metrics]
+        table.add_row(label, *knobs, *("-" if f is None else f"{f:.4f}" for f in figures))
 
     row("as configured", report.configured.values, report.configured.eval)
     for point in report.front:

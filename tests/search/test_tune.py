@@ -92,6 +92,19 @@ def test_several_objectives_give_a_pareto_front_of_trials_none_dominates(tmp_pat
         assert not any(b[0] >= a[0] and b[1] <= a[1] and b != a for b in every)
 
 
+@pytest.mark.slow
+def test_on_the_shipped_batching_workload_tuning_beats_vllm_s_defaults(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "search.cli", "tune", "--target", "batching", "--policy", "fcfs",
+               "--trials", "30", "--sandbox", "process", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+               "--db", f"sqlite:///{tmp_path / 'r.db'}", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["configured"]["values"] == {"token_budget": 2048, "max_seqs": 256}  # vLLM's defaults
+    assert report["gain"]["slo_attainment"] > 0
+    assert report["front"][0]["values"] != report["configured"]["values"]
+
+
 def test_an_objective_states_its_direction_unless_the_target_or_its_unit_says_it() -> None:
     target = targets.load("batching")
     assert Goal.parse("slo_attainment", target).direction == "maximize"
