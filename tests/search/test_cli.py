@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -96,9 +97,12 @@ def test_a_killed_search_resumes_without_repeating_or_losing_a_candidate(tmp_pat
     child.wait()
     assert 4 <= _proposed(killed) < 10, "the kill must land mid-run"
     (run_id,) = stored(killed, "select id from run")[0]
+    listed = crucible("runs", "list", db=killed)
+    assert f"interrupted (resume with: crucible search --resume {run_id})" in listed.stdout
 
     resumed = crucible("search", "--resume", run_id, "--json", db=killed)
     assert resumed.returncode == 0, resumed.stderr
+    assert re.search(rf"resuming run {run_id}: \d of 10 candidates done", resumed.stderr), resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "finished"
 
     query = "select fingerprint from candidate where proposer != 'baseline' order by seq"
