@@ -95,7 +95,9 @@ H100 (seconds), end to end in the official HunyuanVideo repository."""
                 reason="the cost model prices the transformer's 50 steps only (213 s on 8 GPUs); "
                 "xDiT's 337.58 s is end to end, and the published times imply ~140 s that does not "
                 "shrink with GPUs (text encoders, VAE decoding): 925.04 - 337.58 = 587.46 s is 3/8 of "
-                "50 one-GPU steps, which leaves 140 s over. No measured HunyuanVideo VAE time was found.",
+                "50 one-GPU steps, which leaves 140 s over. The one measured HunyuanVideo VAE decode found "
+                "(sglang PR 36012: 5.7 s at 848x480x77 on H200) scaled by pixel-frames is ~22 s, so the "
+                "VAE alone does not explain it, and nothing here prices the rest.",
             ),
         ),
     ],
