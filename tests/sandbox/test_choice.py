@@ -102,6 +102,21 @@ def test_check_says_which_backends_work_here_and_why_not() -> None:
     assert "a baseline job took" in found["process"]["detail"]
 
 
+def test_building_the_image_without_an_engine_ends_in_one_line_and_prints_no_json() -> None:
+    done = crucible("sandbox", "build", "--json", env={**os.environ, "DOCKER_HOST": NO_ENGINE})
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("crucible: error: no Docker engine answers")
+
+
+@pytest.mark.docker
+def test_the_build_names_the_image_it_made_as_json(docker_box: DockerSandbox) -> None:
+    done = crucible("sandbox", "build", "--offline", "--json")  # the image exists: a rebuild from cache
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"image": docker_box.image, "offline": True}
+
+
 @pytest.mark.docker
 def test_auto_takes_docker_when_the_engine_answers_and_the_image_exists(docker_box: DockerSandbox) -> None:
     box, reason = choose_sandbox("auto")
