@@ -6,13 +6,15 @@ Exit 0: nothing regressed; 1: a regression past the fail threshold or a champion
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from sandbox.choice import choose_sandbox
 
-from ..service import RunService
+from ..loop import RunConfig
+from ..service import RunService, proposer_for
 from ..store import Store, open_engine
 from . import config as ci_config
 from .pipeline import Context, check_champion, repository
@@ -44,6 +46,11 @@ def run(args: argparse.Namespace) -> None:
     path = Path(args.config)
     config = ci_config.load(path)
     root, commit = repository(path.resolve().parent)
+    settings = config.search
+    run_config = RunConfig(target="", workload="", options={}, proposer=settings.proposer, llm=settings.llm)
+    proposer = proposer_for(run_config, os.environ)  # no key, no endpoint: fail before anything runs
+    if config.store.startswith("sqlite:///"):  # the default .crucible/ folder is made on first use
+        Path(config.store.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     service = RunService(Store(open_engine(config.store)))
     sandbox, reason = choose_sandbox(config.sandbox)
 
@@ -51,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
         print(message, file=sys.stderr, flush=True)
 
     say(f"sandbox: {sandbox.name} ({reason})")
-    ctx = Context(config=config, service=service, sandbox=sandbox, root=root, commit=commit, say=say)
+    ctx = Context(config, service, sandbox, proposer, root, commit, say)
     results = [check_champion(ctx, champion) for champion in config.champions]
     report = CIReport(str(path), commit, args.informational, results)
     for written in write(report, Path(args.output)):

@@ -185,11 +185,10 @@ class _Reader:
         )
 
     def store_url(self, url: str) -> str:
-        """A SQLite file relative to the config file's folder, made absolute (its folder created)."""
+        """A SQLite file relative to the config file's folder, made absolute."""
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             file = Path(url.removeprefix("sqlite:///")).expanduser()
             file = file if file.is_absolute() else self.root / file
-            file.parent.mkdir(parents=True, exist_ok=True)
             return f"sqlite:///{file}"
         return url
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import subprocess
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,9 @@ from ..errors import UserError
 from ..evaluation import Planned, checked, evaluate_baselines, plan, verify
 from ..fingerprint import fingerprint
 from ..loop import Reporter, RunConfig
+from ..proposers.base import Proposer
 from ..readmodel import mean_metrics
-from ..service import RunService, load_target, proposer_for
+from ..service import RunService, load_target
 from ..store import BASELINE, Candidate, Evaluation
 from .config import Champion, CIConfig, Workload
 from .gate import Check, Level, judge, relative_change, worst
@@ -110,15 +110,16 @@ class ChampionResult:
 
 @dataclass(frozen=True)
 class Context:
-    """What every step needs: the config, the run service, the sandbox, the repository's root, progress."""
+    """What every step needs: the config, the run service, the sandbox, the proposer (made and checked
+    before anything runs), the repository's root and commit, and where progress goes."""
 
     config: CIConfig
     service: RunService
     sandbox: Sandbox
+    proposer: Proposer
     root: Path
     commit: str
     say: Callable[[str], None] = print
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
 def repository(folder: Path) -> tuple[Path, str]:
@@ -317,10 +318,9 @@ def _search(
         max_tokens=settings.max_tokens,
         seeds=seeds,
     )
-    proposer = proposer_for(_config(info.config), ctx.environ)
     score = mean_metrics([r["metrics"] for r in measured])[target.objective.metric]
     ctx.say(f"{champion.name}: searching on {workload.name} (run {info.run_id}, budget {settings.budget})")
-    ctx.service.execute(info.run_id, ctx.sandbox, proposer, _Quiet(ctx.say))
+    ctx.service.execute(info.run_id, ctx.sandbox, ctx.proposer, _Quiet(ctx.say))
     done = ctx.service.read.run(info.run_id)
     best = done.best
     models = [m["name"] for m in settings.llm.get("models", [])]
@@ -339,10 +339,6 @@ def _search(
         tokens=done.tokens,
         cost_usd=done.cost_usd,
     )
-
-
-def _config(data: Mapping[str, Any]) -> RunConfig:
-    return RunConfig.from_json({k: v for k, v in data.items() if k in RunConfig.__dataclass_fields__})
 
 
 class _Quiet(Reporter):

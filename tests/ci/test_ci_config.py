@@ -127,3 +127,19 @@ def test_a_missing_or_malformed_file_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "crucible.toml").write_text("[store\n")
     with pytest.raises(ConfigError, match=r"crucible.toml: not valid TOML"):
         load(tmp_path / "crucible.toml")
+
+
+def test_an_llm_proposer_without_its_key_fails_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRUCIBLE_TEST_NO_KEY", raising=False)
+    llm = '[search]\nproposer = "llm"\n\n[search.llm]\nmodels = ["m"]\napi_key_env = "CRUCIBLE_TEST_NO_KEY"\n'
+    path = repo(tmp_path, GOOD.replace("[search]\nbudget = 1\n", llm))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ci", "--config", str(path), "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "crucible: error: set CRUCIBLE_TEST_NO_KEY to the API key of https://api.openai.com/v1"
+    )
+    assert not (tmp_path / ".crucible").exists() and not (tmp_path / "out").exists()

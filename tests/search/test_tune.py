@@ -67,18 +67,20 @@ def test_rerunning_a_study_continues_it_up_to_the_requested_trials(tmp_path: Pat
     assert (info.status, info.done, info.best_baseline.name) == ("finished", 3, "sarathi (as configured)")
 
 
+@pytest.mark.slow
 def test_the_first_trial_is_the_policy_as_configured_and_the_gain_is_measured_against_it(
     tmp_path: Path,
 ) -> None:
     report = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "3", "--seed", "1"))
-    assert ran(tmp_path, report["study"])[0].params == {"token_budget": 512.0}
-    assert report["configured"]["values"]["token_budget"] == 512.0
+    assert ran(tmp_path, report["study"])[0].params == {"token_budget": 512.0, "max_seqs": 256}
+    assert report["configured"]["values"] == {"token_budget": 512.0, "max_seqs": 256}
     best, configured = report["front"][0], report["configured"]
     assert best["train"]["slo_attainment"] >= ran(tmp_path, report["study"])[0].value
     gain = best["eval"]["slo_attainment"] - configured["eval"]["slo_attainment"]
     assert report["gain"]["slo_attainment"] == pytest.approx(gain)
 
 
+@pytest.mark.slow
 def test_several_objectives_give_a_pareto_front_of_trials_none_dominates(tmp_path: Path) -> None:
     objectives = ["--objective", "slo_attainment", "--objective", "ttft_p99_ms"]
     report = finished(tune(tmp_path, "--policy", "sarathi", "--trials", "4", *objectives))
