@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE
-from targets.kv.target import PRIORITY, replay_trace
+from targets.kv.prefix_cache import (
+    COUNTERS,
+    POLICY_KEY,
+    POLICY_S3FIFO,
+    POLICY_SIEVE,
+    POLICY_STATIC_KEY,
+    TIME_VARYING,
+    key_policy,
+)
+from targets.kv.target import PRIORITY, KVTarget, _belady_key, load_workload, replay_trace
 from targets.kv.trace import Trace, build_trace
 from verifiers.compiler import to_numba
 from verifiers.static import check
@@ -138,3 +147,68 @@ def test_lru_evicts_the_least_recent_branch_first() -> None:
     _, req_hits, _, ev_block = replay_trace(trace, 3, lru, np.zeros(0), POLICY_KEY, record=True)
     assert req_hits.tolist() == [0, 1, 1, 2, 1]
     assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 3]
+
+
+_STATIC_MIX = '''"""A key over every feature that stays put while a block sits untouched."""
+PARAMS = {"a": (-5.0, 5.0), "c": (-5.0, 5.0), "d": (-5.0, 5.0)}
+
+
+def priority(b, p):
+    x = p.a * b.hits + b.last_access / 1000.0 + p.c * b.depth - b.fanout + b.evictions * p.d
+    return x + 0.1 * b.accesses - b.inserted_at / 3000.0 + b.tokens / b.prefix_tokens
+'''
+_STATIC_KEY = to_numba(check(_STATIC_MIX, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+
+
+def _key_reading(feature: str) -> str:
+    return f"def priority(b, p):\n    return b.{feature}\n"
+
+
+@pytest.mark.parametrize("feature", BLOCK_FEATURES.names)
+def test_a_key_is_replayed_statically_only_if_it_reads_no_time_varying_feature(feature: str) -> None:
+    program = check(_key_reading(feature), [PRIORITY])
+    assert key_policy(program, "priority") == (POLICY_KEY if feature in TIME_VARYING else POLICY_STATIC_KEY)
+
+
+@pytest.mark.parametrize("feature", sorted(set(BLOCK_FEATURES.names) - TIME_VARYING))
+@pytest.mark.parametrize("workload", ["gen:chat:1", "gen:agentic:2"])
+def test_a_static_key_on_any_one_feature_evicts_what_scoring_at_eviction_evicts(
+    feature: str, workload: str
+) -> None:
+    key = to_numba(check(_key_reading(feature), [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+    trace = load_workload(workload)
+    exact = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True)
+    static = replay_trace(trace, 150, key, np.zeros(0), POLICY_STATIC_KEY, record=True)
+    assert all(np.array_equal(a, b) for a, b in zip(exact, static, strict=True))
+
+
+@pytest.mark.parametrize("workload", ["gen:chat:0", "gen:agentic:1"])
+@pytest.mark.parametrize("capacity", [40, 2000])
+def test_every_static_baseline_and_belady_evict_alike_either_way(workload: str, capacity: int) -> None:
+    target, trace = KVTarget(), load_workload(workload)
+    keys = {"belady": _belady_key()}
+    for name, source in target.baselines().items():
+        program = check(source, [PRIORITY])
+        if key_policy(program, "priority") == POLICY_STATIC_KEY:
+            keys[name] = to_numba(program, "priority", BLOCK_FEATURES.columns())
+    assert {"lru", "fifo", "belady"} <= set(keys)
+    for name, key in keys.items():
+        exact = replay_trace(trace, capacity, key, np.zeros(0), POLICY_KEY, record=True)
+        static = replay_trace(trace, capacity, key, np.zeros(0), POLICY_STATIC_KEY, record=True)
+        assert all(np.array_equal(a, b) for a, b in zip(exact, static, strict=True)), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trace=prefix_traces(),
+    capacity=st.integers(1, 30),
+    weights=st.lists(st.floats(-5, 5), min_size=3, max_size=3),
+)
+def test_the_static_heap_evicts_what_scoring_at_eviction_evicts_on_random_trees(
+    trace: Trace, capacity: int, weights: list[float]
+) -> None:
+    params = np.array(weights)
+    exact = replay_trace(trace, capacity, _STATIC_KEY, params, POLICY_KEY, record=True)
+    static = replay_trace(trace, capacity, _STATIC_KEY, params, POLICY_STATIC_KEY, record=True)
+    assert all(np.array_equal(a, b) for a, b in zip(exact, static, strict=True))
+    _check_rules(trace, capacity, *static)
