@@ -14,7 +14,7 @@ from targets.base import WorkloadError
 from targets.dit.models import MODELS
 from targets.dit.plans import Request, plans
 from targets.dit.pricing import gpu_pricing
-from targets.dit.serving import compact_group, serve, serving_metrics
+from targets.dit.serving import compact_group, request_profile, serve, serving_metrics
 from targets.dit.target import SCORE, DiTTarget, _compiled, stream
 from targets.dit.topology import TOPOLOGIES
 from targets.dit.workload import Arrival, load_trace, write_trace
@@ -127,3 +127,17 @@ def test_the_signature_reads_only_registered_features() -> None:
     assert SCORE.features == TARGET.registry("score").names
     with pytest.raises(ValueError, match="nope"):
         check("def score(o, p):\n    return o.nope\n", TARGET.signatures)
+
+
+def test_the_generator_is_seeded_and_its_deadlines_scale_the_fastest_time_alone() -> None:
+    settings = {"topology": "h100-nvlink", "gpus": 8, "requests": 50, "load": 0.8, "slo_scale": 4.0}
+    first, again = stream("gen:mixed:7", settings), stream("gen:mixed:7", settings)
+    other = stream("gen:mixed:8", settings)
+    assert first == again and first != other
+    assert first[0].arrival_s == 0.0
+    assert all(b.arrival_s >= a.arrival_s for a, b in itertools.pairwise(first))
+    pricing = gpu_pricing(TOPOLOGIES["h100-nvlink"])
+    for a in first:
+        assert a.deadline_s == pytest.approx(4.0 * request_profile(a.request, 8, pricing).alone_s)
+    denser = stream("gen:mixed:7", {**settings, "load": 1.6})
+    assert denser[-1].arrival_s == pytest.approx(first[-1].arrival_s / 2)
