@@ -115,4 +115,4 @@ def test_a_search_on_the_batching_target_runs_end_to_end(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
     assert summary["status"] == "finished"
-    assert {"fcfs", "sarathi", "spf", "edf", "srpt"} <= set(summary["baselines"])
+    assert {"fcfs", "sarathi", "spf", "edf", "srpt"} <= {b["name"] for b in summary["baselines"]}
