@@ -285,7 +285,7 @@ def _parse(option: Option, text: str) -> Any:
 
 def _sandbox(args: argparse.Namespace) -> Sandbox:
     sandbox, reason = choose_sandbox(args.sandbox)
-    _err.print(notice(sandbox, reason), markup=False, highlight=False, soft_wrap=True)
+    print(notice(sandbox, reason), file=sys.stderr, flush=True)  # one plain line, never wrapped
     return sandbox
 
 
