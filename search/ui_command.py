@@ -1,6 +1,6 @@
 """`crucible ui`: serve the Streamlit app in ui/ on the same store as the CLI.
 
-The app is started as `streamlit run ui/app.py` in a child process; the search package never imports the
+The process execs `streamlit run ui/app.py`; the search package never imports the
 ui package (ui -> search, not the reverse), so the app's file is located without importing it.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,11 +72,5 @@ def ui(args: argparse.Namespace) -> None:
         raise UserError("the web UI needs Streamlit: pip install -e '.[ui]'")
     command = streamlit_command(args.port, args.host)
     print(f"crucible ui: http://{args.host}:{args.port} on {args.db}", file=sys.stderr, flush=True)
-    child = subprocess.Popen(command, env={**os.environ, DB_ENV: args.db})
-    try:
-        code = child.wait()
-    except KeyboardInterrupt:
-        child.terminate()
-        code = child.wait()
-    if code not in (0, -2, -15):
-        raise SystemExit(code)
+    # This process becomes the server, so Ctrl-C and a supervisor's SIGTERM reach Streamlit itself.
+    os.execve(sys.executable, command, {**os.environ, DB_ENV: args.db})
