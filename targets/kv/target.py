@@ -31,7 +31,14 @@ from verifiers.static import check
 from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
-from .prefix_cache import COUNTERS, POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE, compiled_replay
+from .prefix_cache import (
+    COUNTERS,
+    POLICY_S3FIFO,
+    POLICY_SIEVE,
+    POLICY_STATIC_KEY,
+    compiled_replay,
+    key_policy,
+)
 from .properties import PROPERTIES
 from .trace import Trace, load_mooncake, whole_blocks
 
@@ -154,11 +161,11 @@ class KVTarget:
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         key = _compiled(program.source)
         values = np.array([float(params[name]) for name in program.param_names()], dtype=np.float64)
-        return self._metrics(instance, key, values, POLICY_KEY)
+        return self._metrics(instance, key, values, key_policy(program, PRIORITY.name))
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         if name == "belady":
-            return self._metrics(instance, _belady_key(), np.zeros(0), POLICY_KEY)
+            return self._metrics(instance, _belady_key(), np.zeros(0), POLICY_STATIC_KEY)  # reads next_use
         if name in _QUEUE_POLICIES:
             return self._metrics(instance, _belady_key(), np.zeros(0), _QUEUE_POLICIES[name])
         raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
@@ -290,8 +297,8 @@ def _reference_rates_cached(
         config["requests"] = list(window)
     instance = Instance(workload=workload, config=config)
     lru_key = _compiled(KVTarget().baselines()["lru"])
-    lru = rates(replay(instance, lru_key, np.zeros(0), POLICY_KEY))["block_hit_rate"]
-    belady = rates(replay(instance, _belady_key(), np.zeros(0), POLICY_KEY))["block_hit_rate"]
+    lru = rates(replay(instance, lru_key, np.zeros(0), POLICY_STATIC_KEY))["block_hit_rate"]
+    belady = rates(replay(instance, _belady_key(), np.zeros(0), POLICY_STATIC_KEY))["block_hit_rate"]
     return lru, belady
 
 
