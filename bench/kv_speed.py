@@ -3,11 +3,15 @@
 Run from the repository root: `python bench/kv_speed.py [--trace PATH] [--capacity N] [--accesses N]`.
 Our side times the compiled replay kernel alone (trace loaded, flattened and compiled beforehand);
 libCacheSim's side times `process_trace` alone over a plain-text trace it reads from a temporary file.
+Prefix mode replays each key the way the target does (`key_policy`: the static heap for a key reading no
+time-varying feature, else every evictable leaf scored at each eviction) and, for comparison, the latter
+for every key; `--flat` adds the flat stream, where every cached block is a leaf (O(capacity) per miss).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -19,7 +23,7 @@ import libcachesim as lcs
 import numpy as np
 
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import POLICY_KEY, compiled_replay
+from targets.kv.prefix_cache import POLICY_KEY, compiled_replay, key_policy
 from targets.kv.target import PRIORITY, KVTarget, flatten, load_workload
 from targets.kv.trace import Trace
 from verifiers.compiler import to_numba
@@ -46,37 +50,49 @@ MULTI_FEATURE_PARAMS = np.array([2.0, 100.0, 0.1])
 
 
 def main() -> None:
-    """Time each policy in flat and prefix mode and print the table against libCacheSim LRU."""
+    """Time libCacheSim LRU and each policy's replays in interleaved rounds; print the table against LRU."""
     args = _arguments()
     trace = _stream(args.trace, args.accesses)
     flat = flatten(trace)
     print(
         f"stream: {trace.name}, {trace.n_accesses} block accesses, {trace.n_requests} requests, "
-        f"{trace.n_blocks} blocks; capacity {args.capacity} blocks; median of {args.repeats} runs"
+        f"{trace.n_blocks} blocks; capacity {args.capacity} blocks; median of {args.repeats} rounds, "
+        "each round running every row once, so load that comes and goes falls on all of them"
     )
-
-    their_s, their_hit = _libcachesim_lru(flat, args.capacity, args.repeats)
-    rows: list[tuple[str, str, float, float]] = [("libCacheSim LRU", "flat", their_s, their_hit)]
-    policies = {
-        "LRU (baseline)": (_compile(KVTarget().baselines()["lru"]), np.zeros(0)),
-        "multi-feature": (_compile(MULTI_FEATURE), MULTI_FEATURE_PARAMS),
-    }
-    for name, (key, params) in policies.items():
-        for mode, stream in (("flat", flat), ("prefix", trace)):
-            run = _replayer(key, params, args.capacity, stream)
-            run(warm_up=True)
-            times = []
-            for _ in range(args.repeats):
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as folder:
+        runs: dict[tuple[str, str], Callable[[], float]] = {
+            ("libCacheSim LRU", "flat"): _libcachesim_lru(flat, args.capacity, Path(folder))
+        }
+        policies = {"LRU (baseline)": (KVTarget().baselines()["lru"], np.zeros(0))}
+        policies["multi-feature"] = (MULTI_FEATURE, MULTI_FEATURE_PARAMS)
+        for name, (source, params) in policies.items():
+            key, policy = _compile(source), key_policy(check(source, [PRIORITY]), PRIORITY.name)
+            modes = [("prefix", trace, policy)]
+            modes += [("prefix*", trace, POLICY_KEY)] if policy != POLICY_KEY else []
+            modes += [("flat", flat, policy)] if args.flat else []
+            for mode, stream, replay_policy in modes:
+                runs[(name, mode)] = _replayer(key, params, args.capacity, stream, replay_policy)
+        hits = {row: run() for row, run in runs.items()}  # warm-up: compiles, fills the page cache
+        times: dict[tuple[str, str], list[float]] = {row: [] for row in runs}
+        for _ in range(args.repeats):
+            for row, run in runs.items():
                 start = time.perf_counter()
-                hit = run(warm_up=False)
-                times.append(time.perf_counter() - start)
-            rows.append((name, mode, statistics.median(times), hit))
+                run()
+                times[row].append(time.perf_counter() - start)
 
     n = trace.n_accesses
+    their_s = statistics.median(times[("libCacheSim LRU", "flat")])
     print(f"\n{'policy':<16} {'mode':<7} {'accesses/s':>12} {'vs lcs LRU':>11} {'s/replay':>9} {'hits':>7}")
-    for name, mode, seconds, hit in rows:
+    for (name, mode), measured in times.items():
+        seconds = statistics.median(measured)
         speed, ratio = n / seconds, their_s / seconds
-        print(f"{name:<16} {mode:<7} {speed:>12,.0f} {ratio:>10.4f}x {seconds:>9.3f} {hit:>7.4f}")
+        print(
+            f"{name:<16} {mode:<7} {speed:>12,.0f} {ratio:>10.4f}x {seconds:>9.3f} {hits[(name, mode)]:>7.4f}"
+        )
+    print("prefix: replayed as the target replays it (the static heap where the key allows it, exactly the")
+    print("same evictions); prefix*: every evictable leaf scored at each eviction, whatever the key reads")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 def _arguments() -> argparse.Namespace:
@@ -92,6 +108,7 @@ def _arguments() -> argparse.Namespace:
         "block at each miss, so it is O(capacity) per access",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--flat", action="store_true", help="also time the flat stream (slow)")
     return parser.parse_args()
 
 
@@ -107,49 +124,36 @@ def _compile(source: str) -> Any:
     return to_numba(check(source, [PRIORITY]), PRIORITY.name, BLOCK_FEATURES.columns())
 
 
-def _replayer(key: Any, params: np.ndarray, capacity: int, trace: Trace) -> Callable[..., float]:
-    """A closure replaying the whole trace (or, to warm up the compiler, its first request)."""
+def _replayer(key: Any, params: np.ndarray, capacity: int, trace: Trace, policy: int) -> Callable[[], float]:
+    """A closure replaying the whole trace; returns the block hit ratio."""
     kernel = compiled_replay()
+    arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
 
-    def run(warm_up: bool) -> float:
-        t = trace.slice(0, 1) if warm_up else trace
-        counters, _, _, _ = kernel(
-            key,
-            params,
-            POLICY_KEY,
-            capacity,
-            t.timestamps_s,
-            t.offsets,
-            t.blocks,
-            t.parent,
-            t.depth,
-            t.block_tokens,
-            False,
-        )
+    def run() -> float:
+        counters, _, _, _ = kernel(key, params, policy, capacity, *arrays, False)
         return counters[2] / counters[1]
 
     return run
 
 
-def _libcachesim_lru(flat: Trace, capacity: int, repeats: int) -> tuple[float, float]:
-    """Median seconds of libCacheSim LRU's process_trace over the flat stream, and its hit ratio.
+def _libcachesim_lru(flat: Trace, capacity: int, folder: Path) -> Callable[[], float]:
+    """A closure running libCacheSim LRU's process_trace over the flat stream; returns its hit ratio.
 
     The hash table is sized to the stream's distinct blocks: the default 2^24 buckets cost libCacheSim
     ~0.1 s of page faults per run, which on a stream this short would flatter us several times over.
     """
     hashpower = max(16, int(np.ceil(np.log2(max(flat.n_blocks, 2)))))
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "stream.txt"
-        np.savetxt(path, flat.blocks, fmt="%d")
-        reader = lcs.TraceReader(str(path), lcs.TraceType.PLAIN_TXT_TRACE)
-        times, miss = [], 0.0
-        for _ in range(repeats + 1):  # the first run warms the page cache
-            cache = lcs.LRU(capacity, hashpower=hashpower)
-            reader.reset()
-            start = time.perf_counter()
-            miss, _ = cache.process_trace(reader)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[1:]), 1.0 - miss
+    path = folder / "stream.txt"
+    np.savetxt(path, flat.blocks, fmt="%d")
+    reader = lcs.TraceReader(str(path), lcs.TraceType.PLAIN_TXT_TRACE)
+
+    def run() -> float:
+        cache = lcs.LRU(capacity, hashpower=hashpower)
+        reader.reset()
+        miss, _ = cache.process_trace(reader)
+        return 1.0 - miss
+
+    return run
 
 
 if __name__ == "__main__":

@@ -257,7 +257,7 @@ def _replay(f, params, policy, capacity, times, offsets, blocks, parent, depth, 
     max_len = 0
     for r in range(n_req):
         max_len = max(max_len, offsets[r + 1] - offsets[r])
-    rows = capacity + max_len + 1
+    rows = capacity + max_len + 1 if policy == POLICY_KEY else 1  # rows scored at one eviction
     X = np.zeros((rows, N_COLUMNS), np.float64)
     row_block = np.empty(rows, np.int64)
     hs = np.empty(rows, np.float64)
