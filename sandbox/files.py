@@ -31,9 +31,7 @@ def read_files(job: Job) -> tuple[Path, ...]:
         return ()
     found: dict[Path, None] = {}
     for instance in job.instances:
-        # Until every target declares its files: the workload alone, as before targets declared them.
-        declared = target.files(instance) if hasattr(target, "files") else (instance.workload,)
-        for name in declared:
+        for name in target.files(instance):
             path = Path(name).resolve()
             if path.is_file():
                 found.setdefault(path)
