@@ -199,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     common(best)
     best.add_argument("run", help="the run's id (a unique prefix will do)")
     best.add_argument("--output", "-o", help="file to write (default: stdout)")
+    stop = rsub.add_parser("stop", help="stop a run resumably (its live search is interrupted)")
+    common(stop)
+    stop.add_argument("run", help="the run's id (a unique prefix will do)")
 
     t = sub.add_parser("targets", help="the targets: their options, features, metrics and baselines")
     tsub = t.add_subparsers(dest="targets_command", required=True, metavar="ACTION")
@@ -494,6 +497,15 @@ def _runs(args: argparse.Namespace) -> None:
             _print_json([r.to_json() for r in runs])
             return
         _print(_runs_table(runs, args.db))
+        return
+    if args.runs_command == "stop":
+        service = RunService(read.store)
+        service.stop(args.run)
+        info = read.run(args.run)
+        if args.json:
+            _print_json(info.to_json())
+        else:
+            _err.print(f"run {info.run_id}: {_status(info)}", markup=False, highlight=False)
         return
     if args.runs_command == "show":
         report = read.report(args.run)

@@ -101,3 +101,6 @@ def test_a_killed_run_shows_as_interrupted_with_how_to_resume(
     main(["runs", "list", "--db", url, "--json"])
     listed = json.loads(capsys.readouterr().out)
     assert (listed[0]["status"], listed[0]["resumable"]) == ("interrupted", True)
+    main(["runs", "stop", info.run_id, "--db", url, "--json"])
+    stopped = json.loads(capsys.readouterr().out)
+    assert (stopped["status"], stopped["resumable"]) == ("stopped", True)
