@@ -1,0 +1,122 @@
+"""How the simulators' cost grows: seconds per block access (kv) and per iteration (batching) at 10k, 100k
+and 1M, on traces that only get longer (the same generator, the same rates, the same machine).
+
+    .venv/bin/python bench/sim_scaling.py [--sizes 10000 100000 1000000]
+
+kv: the seeded multi-turn chat generator (targets/kv/generators.py) with as many sessions as the size needs,
+replayed with LRU (as the target replays it) and with a multi-feature key (every evictable leaf scored at
+each eviction) in a 2,000-block cache. batching: requests drawn from the shipped Azure head's (prompt,
+output) pairs with Poisson arrivals at a load the machine keeps up with, as many as the size needs in
+iterations, served FCFS by the compiled simulator. Each replay is timed after a warm-up on the smallest
+size, so compiling is not counted. Linear growth shows as a flat per-access (per-iteration) column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from targets.base import Instance
+from targets.batching.compiled_scheduler import Pricing, serve_priced
+from targets.batching.kernels import cost_model
+from targets.batching.scheduler import Limits
+from targets.batching.target import BatchingTarget, instance_requests, shipped_workload_path
+from targets.batching.target import _compiled as batching_key
+from targets.batching.trace import Requests
+from targets.kv.generators import multi_turn_chat
+from targets.kv.prefix_cache import POLICY_KEY, compiled_replay, key_policy
+from targets.kv.target import PRIORITY, KVTarget
+from targets.kv.target import _compiled as kv_key
+from targets.kv.trace import Trace
+from verifiers.static import check
+
+KV_CAPACITY = 2000
+MULTI_FEATURE = '''"""Frequency, recency, reuse interval, depth and hit population, as evolved ones mix."""
+PARAMS = {"w": (0.0, 10.0), "tau": (1.0, 1e4), "d": (0.0, 1.0)}
+
+
+def priority(b, p):
+    recency = -b.age / p.tau - b.reuse_mean / (10.0 * p.tau)
+    return log1p(b.accesses) * p.w + recency - p.d * b.depth + b.hits / (1.0 + b.pop_hits_p90)
+'''
+MULTI_FEATURE_PARAMS = np.array([2.0, 100.0, 0.1])
+BATCHING_LOAD = 0.25
+"""Arrivals as dense as the Azure head's at this factor: the shipped machine keeps up, so the queue, and
+with it the cost of an iteration, stays bounded however long the trace."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    kv(sorted(args.sizes))
+    batching(sorted(args.sizes))
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def kv(sizes: list[int]) -> None:
+    """Seconds per block access of the kv replay, LRU and a multi-feature key, at each size."""
+    per_session = multi_turn_chat(0, n_sessions=200).n_accesses / 200
+    lru_source = KVTarget().baselines()["lru"]
+    keys = {
+        "LRU": (kv_key(lru_source), np.zeros(0), key_policy(check(lru_source, [PRIORITY]), PRIORITY.name)),
+        "multi-feature": (kv_key(MULTI_FEATURE), MULTI_FEATURE_PARAMS, POLICY_KEY),
+    }
+    print(f"\nkv: multi-turn chat (seed 0), {KV_CAPACITY}-block cache")
+    print(f"{'accesses':>10} {'requests':>9} {'policy':<14} {'seconds':>8} {'us/access':>10} {'hits':>7}")
+    warm = multi_turn_chat(0, n_sessions=20)
+    for key, params, policy in keys.values():
+        _replay(warm, key, params, policy)
+    for size in sizes:
+        trace = multi_turn_chat(0, n_sessions=max(1, round(size / per_session)))
+        for name, (key, params, policy) in keys.items():
+            start = time.perf_counter()
+            hit = _replay(trace, key, params, policy)
+            seconds = time.perf_counter() - start
+            us = seconds / trace.n_accesses * 1e6
+            sized = f"{trace.n_accesses:>10} {trace.n_requests:>9}"
+            print(f"{sized} {name:<14} {seconds:>8.3f} {us:>10.3f} {hit:>7.4f}")
+
+
+def _replay(trace: Trace, key: object, params: np.ndarray, policy: int) -> float:
+    arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
+    counters, _, _, _ = compiled_replay()(key, params, policy, KV_CAPACITY, *arrays, False)
+    return counters[2] / counters[1]
+
+
+def batching(sizes: list[int]) -> None:
+    """Seconds per iteration of the compiled batching simulator, FCFS, at each size in iterations."""
+    target = BatchingTarget()
+    head = instance_requests(Instance(str(shipped_workload_path()), target.default_config()))
+    config = target.default_config()
+    limits = Limits(config["capacity"], config["block_tokens"], config["token_budget"], config["max_seqs"])
+    pricing = Pricing.of(cost_model(), limits.token_budget, limits.max_seqs)
+    key, slo = batching_key(target.baselines()["fcfs"]), (config["ttft_slo_s"], config["tpot_slo_s"])
+    rate = head.n / float(head.arrival_s[-1]) * BATCHING_LOAD / config["load"]
+    probe = serve_priced(_drawn(head, 300, rate, 0), limits, key, np.zeros(0), pricing, slo)
+    per_request = probe.iterations / 300
+    print(f"\nbatching: Azure head (prompt, output) pairs, Poisson arrivals at {rate:.3f}/s, FCFS, {limits}")
+    print(f"{'iterations':>10} {'requests':>9} {'seconds':>8} {'us/iteration':>13} {'unfinished':>11}")
+    for size in sizes:
+        requests = _drawn(head, max(1, round(size / per_request)), rate, 1)
+        start = time.perf_counter()
+        served = serve_priced(requests, limits, key, np.zeros(0), pricing, slo)
+        seconds = time.perf_counter() - start
+        us = seconds / served.iterations * 1e6
+        print(f"{served.iterations:>10} {requests.n:>9} {seconds:>8.3f} {us:>13.3f} {served.unfinished:>11}")
+
+
+def _drawn(head: Requests, n: int, rate_per_s: float, seed: int) -> Requests:
+    """n requests: (prompt, output) pairs drawn from the head with replacement, Poisson arrivals."""
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, head.n, n)
+    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
+    return Requests(arrival - arrival[0], head.prompt_tokens[pick], head.output_tokens[pick], f"drawn{n}")
+
+
+if __name__ == "__main__":
+    main()
