@@ -14,6 +14,12 @@ AXES = {"done": "candidates finished", "cost_so_far": "proposal cost so far ($)"
 """The x axes a progress chart offers: against candidates, or against what the proposals cost."""
 
 
+def _x(x: str) -> alt.X:
+    """The progress charts' x axis; candidates are counted in whole numbers."""
+    axis = alt.Axis(tickMinStep=1, format="d") if x == "done" else alt.Axis(format="$.4f")
+    return alt.X(f"{x}:Q", title=AXES[x], axis=axis)
+
+
 def progress_frame(points: Sequence[ProgressPoint], maximize: bool) -> pd.DataFrame:
     """The points with each island's best so far beside the run's."""
     frame = pd.DataFrame([asdict(p) for p in points])
@@ -40,7 +46,7 @@ def progress_chart(
     frame: pd.DataFrame, baselines: Sequence[BaselineInfo], objective: str, x: str = "done"
 ) -> alt.LayerChart:
     """Best so far (a step line), every scored candidate (dots by island), the baselines (dashed rules)."""
-    axis = alt.X(f"{x}:Q", title=AXES[x])
+    axis = _x(x)
     scale = alt.Scale(zero=False)
     best = (
         alt.Chart(frame)
@@ -66,7 +72,7 @@ def islands_chart(frame: pd.DataFrame, objective: str, x: str = "done") -> alt.C
         alt.Chart(frame.dropna(subset=["island_best"]))
         .mark_line(interpolate="step-after", point=True)
         .encode(
-            alt.X(f"{x}:Q", title=AXES[x]),
+            _x(x),
             alt.Y("island_best:Q", title=f"best {objective} on the island", scale=alt.Scale(zero=False)),
             color=alt.Color("island:N"),
         )
@@ -82,7 +88,7 @@ def runs_chart(frames: Mapping[str, pd.DataFrame], objective: str, x: str = "don
         alt.Chart(frame)
         .mark_line(interpolate="step-after", point=True)
         .encode(
-            alt.X(f"{x}:Q", title=AXES[x]),
+            _x(x),
             alt.Y("best_so_far:Q", title=f"best {objective}", scale=alt.Scale(zero=False)),
             color=alt.Color("run:N"),
             tooltip=["run:N", f"{x}:Q", alt.Tooltip("best_so_far:Q", format=".4f")],
@@ -99,12 +105,12 @@ def metric_chart(frame: pd.DataFrame, metric: str, highlight: str) -> alt.Chart:
         .mark_bar()
         .encode(
             alt.X("value:Q", title=metric),
-            alt.Y("policy:N", sort="-x", title=None),
+            alt.Y("policy:N", sort="-x", title=None, axis=alt.Axis(labelOverlap=False, labelLimit=200)),
             alt.Row("instance:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
             color=alt.condition(alt.datum.policy == highlight, alt.value("#d62728"), alt.value("#9ecae1")),
             tooltip=["policy:N", "instance:N", "role:N", alt.Tooltip("value:Q", format=".4f")],
         )
-        .properties(height=alt.Step(16))
+        .properties(height=alt.Step(20))
     )
 
 

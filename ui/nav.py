@@ -22,7 +22,7 @@ REFRESH_S = 3.0
 
 
 def run_label(r: RunInfo) -> str:
-    return f"{r.run_id} · {r.target} · {r.status} · {r.done}/{r.budget}"
+    return f"{r.run_id} · {r.target} · {r.status} · created {r.created_at[:16].replace('T', ' ')}"
 
 
 def choose_run(runs: Sequence[RunInfo], key: str = "run") -> RunInfo | None:

@@ -122,7 +122,7 @@ def page(browser: Any) -> Iterator[Any]:
 def settle(page: Any) -> None:
     """Wait until the script has run and the page has drawn; fail on any exception box."""
     page.wait_for_selector(IDLE)
-    page.wait_for_timeout(1000)
+    page.wait_for_timeout(500)
     page.wait_for_selector(IDLE)
     assert page.locator(EXCEPTION).count() == 0, page.locator(EXCEPTION).first.inner_text()
 

@@ -137,7 +137,7 @@ def genealogy_tab(run: RunInfo, candidates: list[CandidateInfo]) -> None:
         return
     st.graphviz_chart(
         genealogy.dot(candidates, shown, best_id, lambda i: nav.candidate_link(run.run_id, i)),
-        width="stretch",
+        width="content",
     )
     st.caption("Solid: parent; dashed: inspiration; gold: the best. Click a node to open the candidate, or:")
     kept = [c for c in candidates if c.candidate_id in shown]
