@@ -141,12 +141,13 @@ def _flag(name: str) -> str:
 def _validate_parser(sub: Any) -> None:
     """`crucible validate`: the common flags, and one flag per option any target's validation declares."""
     v = sub.add_parser("validate", help="rank policies in the simulator and in the real engine, side by side")
-    v.add_argument("--target", default="kv", choices=tuple(_validations()))
+    validated = tuple(_validations())
+    v.add_argument("--target", default=validated[0] if validated else None, choices=validated)
     v.add_argument(
         "--candidates",
         nargs="+",
         required=True,
-        help="heuristic files, or names of the target's baselines (lru, fifo, ..., belady)",
+        help="heuristic files, or names of the target's baselines (a wrong name lists them)",
     )
     v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
     v.add_argument("--sandbox", default="auto", choices=BACKENDS)
