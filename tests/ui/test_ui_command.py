@@ -1,0 +1,31 @@
+"""`crucible ui`: the app it serves is found without importing the ui package, and bad flags are one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from search import cli
+from search.ui_command import app_path, streamlit_command
+
+
+def test_the_app_is_the_ui_packages_entry_file() -> None:
+    path = app_path()
+    assert path.name == "app.py" and path.parent.name == "ui" and path.is_file()
+
+
+def test_streamlit_serves_headless_on_the_given_address_and_sends_no_statistics() -> None:
+    command = streamlit_command(8123, "127.0.0.1")
+    assert command[1:5] == ["-m", "streamlit", "run", str(app_path())]
+    flags = dict(zip(command[5::2], command[6::2], strict=True))
+    assert flags["--server.port"] == "8123"
+    assert flags["--server.address"] == "127.0.0.1"
+    assert flags["--server.headless"] == "true"
+    assert flags["--browser.gatherUsageStats"] == "false"
+
+
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_a_port_out_of_range_is_one_line(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["ui", "--port", port])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"crucible: error: --port must be between 1 and 65535, got {port}\n"
