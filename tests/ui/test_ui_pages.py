@@ -3,6 +3,8 @@ filters that change them, helpful empty states, and no exception."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import Seeded
 from streamlit.testing.v1 import AppTest
@@ -108,13 +110,63 @@ def test_run_leaderboard_filters_change_the_rows(seeded: Seeded, open_page) -> N
     assert all(board["verified"])
 
 
-def test_run_that_was_stopped_offers_resume(seeded: Seeded, open_page) -> None:
+def test_run_that_was_stopped_offers_resume_and_shows_its_spend(seeded: Seeded, open_page) -> None:
     run = seeded.stopped
     at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    assert run.message.startswith("token cap reached")
     assert f"Stopped: {run.message}" in texts(at)
     assert "resume" in buttons(at)
     assert f"crucible search --resume {run.run_id} --db {seeded.url}" in texts(at)
-    assert "No candidate has finished yet" in texts(at)
+    assert metrics(at)["tokens"] == f"{run.tokens:,}" and run.tokens > 0
+    assert metrics(at)["cost"] == f"${run.cost_usd:.4f}" and run.cost_usd > 0
+
+
+def test_run_failures_by_class_and_the_per_proposer_table(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    failures = seeded.read.failures(run.run_id)
+    assert failures.get("rejected: no-imports") == 1, "the scripted reply outside the subset"
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    shown = next(t.value for t in at.dataframe if list(t.value.columns) == ["class", "candidates"])
+    assert dict(zip(shown["class"], shown["candidates"], strict=True)) == failures
+    stats = seeded.read.proposer_stats(run.run_id)
+    table = next(t.value for t in at.dataframe if "proposals" in t.value.columns)
+    assert list(table["proposer"]) == [s.proposer for s in stats] == ["llm"]
+    assert list(table["model"]) == ["scripted"]
+    assert list(table["tokens"]) == [s.tokens for s in stats]
+    assert list(table["rejected"]) == [s.rejected for s in stats]
+
+
+def test_leaderboard_filters_by_proposer_and_model(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    at.multiselect(key="lb-proposers").set_value(["llm/scripted"]).run()
+    board = at.dataframe(key="leaderboard").value
+    proposed = [c for c in seeded.read.candidates(run.run_id) if not c.is_baseline]
+    assert set(board["proposer"]) == {"llm/scripted"} and len(board) == len(proposed)
+
+
+def test_candidate_the_static_check_rejected(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    rejected = next(
+        c for c in seeded.read.candidates(run.run_id) if c.failure_class == "rejected: no-imports"
+    )
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(rejected.candidate_id))
+    assert at.error[0].value == f"rejected: no-imports: {rejected.message}"
+    assert "Not verified: the static check stopped it before Z3 ran." in texts(at)
+    assert "It never reached the sandbox (rejected: no-imports)." in texts(at)
+    assert not at.get("download_button"), "no heuristic file for a candidate that never ran"
+
+
+def test_candidate_verdicts_are_the_stored_ones_with_their_counterexamples(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    refuted = next(c for c in seeded.read.candidates(run.run_id) if c.source.startswith('"""Age per hit.'))
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(refuted.candidate_id))
+    table = at.dataframe[0].value
+    assert list(zip(table["property"], table["verdict"], strict=True)) == [
+        (v.property, v.verdict) for v in refuted.verdicts
+    ]
+    found = [v.counterexample for v in refuted.verdicts if v.counterexample]
+    assert [json.loads(j.value) for j in at.json] == found, "each counterexample Z3 found, as stored"
 
 
 def test_candidate_shows_code_verdicts_params_and_metrics(seeded: Seeded, open_page) -> None:
