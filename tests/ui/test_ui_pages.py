@@ -235,3 +235,13 @@ def test_launch_with_an_unreachable_endpoint_is_one_line(tmp_path, open_page, mo
     assert at.error[0].value.startswith("The search did not start: ")
     assert "\n" not in at.error[0].value
     assert not Store(open_engine(url)).runs(), "nothing stored"
+
+
+def test_resume_whose_endpoint_is_gone_says_why_in_one_line(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped  # its scripted endpoint closed when the seeding search ended
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    at.button(key="resume").click().run(timeout=120)
+    assert len(at.error) == 1
+    assert at.error[0].value.startswith("The run could not be resumed: cannot reach the LLM endpoint")
+    after = seeded.read.run(run.run_id)
+    assert (after.status, after.resumable, after.done) == ("stopped", True, run.done)
