@@ -14,8 +14,7 @@ from search.errors import UserError
 from search.service import load_target, prepare, target_names
 from ui import data, launcher, nav
 
-SANDBOXES = ("auto", "process", "docker")
-"""`crucible search --sandbox`: auto prefers Docker where an engine answers."""
+SANDBOXES = ("auto", "process", "docker")  # `crucible search --sandbox`: auto prefers Docker where it runs
 
 url = data.db_url()
 st.title("Launch a search")
