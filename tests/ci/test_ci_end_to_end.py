@@ -1,5 +1,5 @@
 """`crucible ci` end to end in a temporary git repository with a tiny config (kv, generated workloads, a
-budget of one candidate, the process sandbox): a healthy champion passes; a planted worse one fails the job
+budget of four candidates, the process sandbox): a healthy champion passes; a planted worse one fails the job
 and is named in every report, and the search seeded with it yields a patch that `git apply` takes;
 --informational reports the same and exits 0."""
 
@@ -20,7 +20,7 @@ CONFIG = """
 backend = "process"
 
 [search]
-budget = 1
+budget = 4
 trials = 1
 workers = 2
 
