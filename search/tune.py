@@ -336,10 +336,11 @@ def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapp
             evals = _evaluations(run_id, row.id, scored["instances"], trial.params, scored["backend"])
             service.store.finish_candidate(row, evals)
     done = len(study.done())
-    if done >= spec.trials:
-        service.store.set_run_status(run_id, "finished")
-    else:
-        service.store.set_run_status(run_id, "stopped", f"{done} of {spec.trials} trials; rerun to continue")
+    # never "stopped": the run service cannot resume a study, rerunning `crucible tune` continues it
+    message = (
+        "" if done >= spec.trials else f"{done} of {spec.trials} trials; rerun crucible tune to continue"
+    )
+    service.store.set_run_status(run_id, "finished", message)
     return run_id
 
 

@@ -161,3 +161,16 @@ def test_bad_input_is_one_line_and_exit_2(
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2
     assert lines[-1].startswith("crucible: error: ") and message in lines[-1]
+
+
+def test_a_timeout_leaves_a_finished_run_that_says_how_to_continue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, storage = f"sqlite:///{tmp_path / 'r.db'}", f"sqlite:///{tmp_path / 's.db'}"
+    main(["tune", *SMALL, "--policy", "fcfs", "--trials", "3", "--timeout", "0.001", "--storage", storage,
+          "--db", db, "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert (report["trials_here"], report["trials_done"]) == (1, 1)  # the one started before the timeout
+    info = ReadModel(Store(open_engine(db))).run(report["run_id"])
+    assert (info.status, info.resumable) == ("finished", False)
+    assert info.message == "1 of 3 trials; rerun crucible tune to continue"
