@@ -374,7 +374,8 @@ def _search(args: argparse.Namespace) -> None:
             proposer=args.proposer,
             time_budget_s=args.time_budget,
             llm=_llm_settings(args),
-            **{k: v for k, v in (("max_cost_usd", args.max_cost_usd), ("max_tokens", args.max_tokens)) if v},
+            max_cost_usd=args.max_cost_usd,
+            max_tokens=args.max_tokens,
         )
         proposer_for(config, os.environ)  # no key, a bad template, no endpoint: fail before storing anything
         service = _service(args)

@@ -80,7 +80,7 @@ def evaluate_baselines(
 ) -> BaselineTable:
     """Run every baseline (candidate-format and built-in) on the workload's eval instances."""
     if workers < 1:
-        raise UserError(f"workers must be a whole number of at least 1, got {workers}")
+        raise UserError(f"--workers must be a whole number of at least 1, got {workers}")
     evals = tuple(i for i in planned.instances if i.role == "eval")
     jobs = [Job(target.name, source, evals) for source in target.baselines().values()]
     jobs += [Job(target.name, "", evals, builtin=name) for name in target.builtin_baselines()]

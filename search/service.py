@@ -219,15 +219,16 @@ def instances(target: Target, workload: str, options: Mapping[str, Any]) -> list
 
 
 def check_settings(config: RunConfig) -> None:
-    """The run's own settings in range: one line naming the first that is not."""
-    whole = {"budget": config.budget, "trials": config.trials, "workers": config.workers}
+    """The run's own settings in range: one line naming the first that is not (as the CLI's flag, the name
+    every front end shows for it)."""
+    whole = {"--budget": config.budget, "--trials": config.trials, "--workers": config.workers}
     for name, value in whole.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
     positive = {
-        "time budget": config.time_budget_s,
-        "max cost (USD)": config.max_cost_usd,
-        "max tokens": config.max_tokens,
+        "--time-budget": config.time_budget_s,
+        "--max-cost-usd": config.max_cost_usd,
+        "--max-tokens": config.max_tokens,
     }
     for flag, value in positive.items():
         if value is not None and not value > 0:

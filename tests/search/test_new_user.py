@@ -68,7 +68,7 @@ def test_a_budget_below_one_is_refused_and_nothing_is_stored(
             main(["search", "--workload", "gen:chat:1", "--budget", budget, "--db", f"sqlite:///{db}"])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"crucible: error: budget must be a whole number of at least 1, got {budget}"
+        assert err == f"crucible: error: --budget must be a whole number of at least 1, got {budget}"
     assert not db.exists()
 
 

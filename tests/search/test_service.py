@@ -44,10 +44,10 @@ def test_a_process_pool_gives_the_same_candidates_and_scores_as_the_default_pool
 def test_a_run_is_checked_before_anything_is_stored(tmp_path: Path) -> None:
     runs = service(tmp_path)
     bad = {
-        "budget must be a whole number of at least 1, got 0": {"budget": 0},
-        "budget must be a whole number of at least 1, got -3": {"budget": -3},
-        "workers must be a whole number of at least 1": {"workers": 0},
-        "time budget must be positive": {"time_budget_s": -1.0},
+        "--budget must be a whole number of at least 1, got 0": {"budget": 0},
+        "--budget must be a whole number of at least 1, got -3": {"budget": -3},
+        "--workers must be a whole number of at least 1": {"workers": 0},
+        "--time-budget must be positive": {"time_budget_s": -1.0},
     }
     for message, settings in bad.items():
         with pytest.raises(UserError, match=message):
