@@ -9,6 +9,10 @@ import pytest
 from conftest import Seeded
 from streamlit.testing.v1 import AppTest
 
+from sandbox.process import ProcessSandbox
+from search.errors import UserError
+from search.proposers.evolve import EvolveProposer
+from search.service import RunService
 from search.store import Store, open_engine
 
 
@@ -245,3 +249,20 @@ def test_resume_whose_endpoint_is_gone_says_why_in_one_line(seeded: Seeded, open
     assert at.error[0].value.startswith("The run could not be resumed: cannot reach the LLM endpoint")
     after = seeded.read.run(run.run_id)
     assert (after.status, after.resumable, after.done) == ("stopped", True, run.done)
+
+
+def test_a_failed_run_says_why(tmp_path, open_page) -> None:
+    url = f"sqlite:///{tmp_path / 'failed.db'}"
+    service = RunService(Store(open_engine(url)))
+    info = service.create(
+        "kv", None, {}, budget=2, trials=2, limits={"wall_s": 0.05}
+    )  # baselines cannot finish
+    with pytest.raises(UserError):
+        service.execute(info.run_id, ProcessSandbox(), EvolveProposer())
+    failed = service.read.run(info.run_id)
+    assert failed.status == "failed" and failed.message
+    at = open_page(url, "views/run.py", run=failed.run_id)
+    assert at.error[0].value == f"The run failed: {failed.message}"
+    assert not {"stop", "resume"} & buttons(at)
+    at = open_page(url)
+    assert list(at.dataframe[0].value["status"]) == ["failed"]
