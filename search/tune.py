@@ -345,12 +345,17 @@ def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapp
 
 
 def _run_for(study: Study) -> str:
-    """The store's run of this study, made on first use."""
+    """The store's run of this study, made on first use; the study is named in the run's "tune" event (the
+    run's config stays a plain RunConfig, which a resume refuses in one line for its proposer)."""
     name, storage = study.spec.study_name(), study.spec.storage
-    for info in study.service.read.runs():
-        tuned = info.config.get("tune") or {}
-        if tuned.get("study") == name and tuned.get("storage") == storage:
-            return info.run_id
+    read = study.service.read
+    for info in read.runs():
+        if info.config.get("proposer") != PROPOSER:
+            continue
+        for event in read.events(info.run_id):
+            tuned = json.loads(event.message) if event.kind == PROPOSER else {}
+            if tuned.get("study") == name and tuned.get("storage") == storage:
+                return info.run_id
     config = RunConfig(
         target=study.spec.target,
         workload=study.spec.workload,
@@ -368,7 +373,8 @@ def _run_for(study: Study) -> str:
         "objectives": [asdict(g) for g in study.spec.goals],
         "knobs": [k.name for k in study.knobs],
     }
-    run = study.service.store.create_run(study.spec.target, {**config.to_json(), "tune": tuned})
+    run = study.service.store.create_run(study.spec.target, config.to_json())
+    study.service.store.log(run.id, PROPOSER, json.dumps(tuned, sort_keys=True))
     return run.id
 
 

@@ -29,6 +29,8 @@ from ..store import BASELINE, Candidate, Evaluation
 from .config import Champion, CIConfig, Workload
 from .gate import Check, Level, judge, relative_change, worst
 
+RECORD = "ci"
+"""The proposer of the runs that record a job's scores of a champion, and the kind of the event naming it."""
 CHAMPION_ROW = "champion"
 """The name of the champion's row in the runs this job stores (its record and its seeded searches)."""
 SEED_SEQ = -1000
@@ -244,8 +246,10 @@ def _previous(ctx: Context, champion: Champion, metric: str) -> dict[str, tuple[
     found: dict[str, tuple[float, str]] = {}
     read = ctx.service.read
     for info in reversed(read.runs()):
-        marker = info.config.get("ci") or {}
-        if marker.get("champion") != champion.name or info.target != champion.target:
+        if info.config.get("proposer") != RECORD or info.target != champion.target:
+            continue
+        marks = [json.loads(e.message) for e in read.events(info.run_id) if e.kind == RECORD]
+        if not any(m.get("champion") == champion.name for m in marks):
             continue
         row = next((c for c in read.candidates(info.run_id) if c.name == CHAMPION_ROW), None)
         for e in row.evaluations if row else []:
@@ -266,11 +270,17 @@ def _record(
     """This job's scores of the champion, stored as a run (proposer "ci"): the next job's previous scores."""
     first = planned[ctx.config.workloads_of(champion)[0].name]
     config = RunConfig(
-        target=target.name, workload=first.workload, options=first.options, budget=1, trials=1, proposer="ci"
+        target=target.name,
+        workload=first.workload,
+        options=first.options,
+        budget=1,
+        trials=1,
+        proposer=RECORD,
     )
     marker = {"champion": champion.name, "file": _relative(ctx, champion.file), "commit": ctx.commit}
     store = ctx.service.store
-    run = store.create_run(target.name, {**config.to_json(), "ci": marker})
+    run = store.create_run(target.name, config.to_json())
+    store.log(run.id, RECORD, json.dumps(marker, sort_keys=True))
     row = store.add_candidate(
         Candidate(
             run_id=run.id,

@@ -174,3 +174,12 @@ def test_a_timeout_leaves_a_finished_run_that_says_how_to_continue(
     info = ReadModel(Store(open_engine(db))).run(report["run_id"])
     assert (info.status, info.resumable) == ("finished", False)
     assert info.message == "1 of 3 trials; rerun crucible tune to continue"
+    with pytest.raises(SystemExit) as exit_info:  # a study continues by rerunning tune, not as a search
+        main(["search", "--resume", report["run_id"], "--db", db])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith("crucible: error: unknown proposer 'tune'")
+    )
