@@ -6,6 +6,7 @@ Exit 0: nothing regressed; 1: a regression past the fail threshold or a champion
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ def add_parsers(sub: Any) -> None:
     c.add_argument(
         "--informational", action="store_true", help="report regressions without failing (exit 0, not 1)"
     )
+    c.add_argument("--json", action="store_true", help="print report.json on stdout too")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -67,6 +69,9 @@ def run(args: argparse.Namespace) -> None:
         for w in champion.workloads:
             if w.level != "ok":
                 say(f"{w.level}: {champion.name} on {w.workload}: {w.reason}")
-    print(f"crucible ci: {report.level} ({len(results)} champions); reports in {args.output}")
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(f"crucible ci: {report.level} ({len(results)} champions); reports in {args.output}")
     if report.exit_code:
         raise SystemExit(report.exit_code)
