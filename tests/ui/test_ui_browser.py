@@ -152,6 +152,9 @@ def test_every_page_opens_and_clicks_through(seeded: Seeded, server: Server, pag
     assert page.get_by_text(run.run_id).count() >= 1
     page.get_by_text("proposal cost so far ($)").click()
     shot(page, "runs")
+    table = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+    page.mouse.click(table["x"] + 15, table["y"] + 53)  # the first row's selection box: the newest run
+    page.wait_for_url(f"**/run?run={seeded.stopped.run_id}*")
 
     open_page(page, server, f"/run?run={run.run_id}", "Run", VEGA)
     assert f"{run.done}/{run.budget}" in page.locator(METRIC).filter(has_text="candidates").inner_text()
