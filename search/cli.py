@@ -444,7 +444,7 @@ def _cell(value: float, integer: bool) -> str:
 def _table(title: str, rows: Mapping[str, Mapping[str, float]], target: Target) -> Table:
     metric = target.objective.metric
     maximize = target.objective.direction == "maximize"
-    whole = set(getattr(target, "integer_metrics", ()))
+    whole = set(target.integer_metrics)
     table = Table(title=title)
     table.add_column("policy")
     columns = target.report_metrics
@@ -709,7 +709,7 @@ def _target_json(target: Target) -> dict[str, Any]:
         "description": target.description,
         "objective": {"metric": target.objective.metric, "direction": target.objective.direction},
         "metrics": list(target.report_metrics),
-        "integer_metrics": list(getattr(target, "integer_metrics", ())),
+        "integer_metrics": list(target.integer_metrics),
         "options": [
             {
                 "name": o.name,

@@ -304,6 +304,8 @@ class Target(Protocol):
     objective: Objective
     report_metrics: tuple[str, ...]
     """The metrics a report shows, the objective first."""
+    integer_metrics: tuple[str, ...]
+    """Metrics that are counts (preemptions, unfinished requests): reports show them as whole numbers."""
     options: tuple[Option, ...]
     """The settings a user may change, as data: front ends generate their flags and forms from these."""
 

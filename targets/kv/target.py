@@ -108,6 +108,7 @@ class KVTarget:
     signatures = (PRIORITY,)
     objective = Objective("block_hit_rate", "maximize")
     report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed", "prefill_ms_saved")
+    integer_metrics = ()
     options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:
