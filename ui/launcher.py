@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ class SearchSettings:
     base_url: str | None = None
     api_key_env: str | None = None
     max_cost_usd: float | None = None
-    extra: tuple[str, ...] = field(default_factory=tuple)
+    prices: tuple[str, ...] = ()
+    """MODEL=PROMPT,COMPLETION in USD per million tokens, one per priced model."""
 
 
 def _value(value: Any) -> str:
@@ -62,9 +63,11 @@ def search_argv(db: str, s: SearchSettings) -> list[str]:
         argv += ["--base-url", s.base_url]
     if s.api_key_env:
         argv += ["--api-key-env", s.api_key_env]
+    for price in s.prices:
+        argv += ["--price", price]
     if s.max_cost_usd is not None:
         argv += ["--max-cost-usd", str(s.max_cost_usd)]
-    return [*argv, *s.extra]
+    return argv
 
 
 def resume_argv(db: str, run_id: str) -> list[str]:

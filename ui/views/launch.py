@@ -52,11 +52,15 @@ def option_field(option: Any) -> Any:
     return text.strip() or None
 
 
-def llm_settings(models: str, base_url: str, key_env: str) -> dict[str, Any]:
+def llm_settings(
+    models: str, base_url: str, key_env: str, prices: str, max_cost: float | None
+) -> dict[str, Any]:
     return {
         "models": tuple(m.strip() for m in models.split(",") if m.strip()),
         "base_url": base_url.strip() or None,
         "api_key_env": key_env.strip() or None,
+        "prices": tuple(prices.split()),
+        "max_cost_usd": max_cost,
     }
 
 
@@ -79,6 +83,15 @@ with st.form("launch"):
     models = st.text_input("Models (llm, mix): NAME[:WEIGHT], comma-separated", key="models")
     base_url = st.text_input("Endpoint (OpenAI-compatible base URL; empty: OpenAI)", key="base-url")
     key_env = st.text_input("Variable holding the API key", value="OPENAI_API_KEY", key="key-env")
+    prices = st.text_input(
+        "Prices: MODEL=PROMPT,COMPLETION in USD per million tokens; space-separated", key="prices"
+    )
+    max_cost = st.number_input(
+        "Stop (resumably) at this proposal cost, USD; empty: no cap",
+        min_value=0.0,
+        value=None,
+        key="max-cost",
+    )
     submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
 
 if submitted:
@@ -104,7 +117,7 @@ if submitted:
         seed=int(seed),
         trials=int(trials),
         workers=int(workers),
-        **(llm_settings(models, base_url, key_env) if proposer != "evolve" else {}),
+        **(llm_settings(models, base_url, key_env, prices, max_cost) if proposer != "evolve" else {}),
     )
     try:  # the options, workload and settings checked here first: a mistake is one line, nothing started
         prepare(
