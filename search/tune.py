@@ -191,8 +191,10 @@ class Study:
             study.enqueue_trial(self.configured_values(), skip_if_exists=True)
         started, ran = time.monotonic(), 0
         while self.spec.timeout_s is None or time.monotonic() - started < self.spec.timeout_s:
+            if len(study.get_trials(deepcopy=False, states=COUNTED)) >= requested:
+                break
             trial = study.ask()
-            if _slot(study, trial.number) >= requested:
+            if _slot(study, trial.number) >= requested:  # another process claimed the last slot first
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not run: the budget is taken
                 study.set_user_attr(f"surplus:{trial.number}", True)
                 break

@@ -4,6 +4,7 @@ shared by processes through one storage, resumed by name, and recorded as a run 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,19 @@ def test_a_timeout_leaves_a_finished_run_that_says_how_to_continue(
         .splitlines()[-1]
         .startswith("crucible: error: unknown proposer 'tune'")
     )
+
+
+def test_a_trial_left_running_by_a_killed_process_is_failed_and_run_again(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="killed", storage=storage, direction="maximize")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    orphan = study.ask()  # as a process killed mid-trial leaves it
+    orphan.set_user_attr("pid", int(gone.stdout))
+    orphan.set_user_attr("host", socket.gethostname())
+    report = finished(tune(tmp_path, "--policy", "fcfs", "--trials", "2", "--study", "killed"))
+    assert (report["trials_here"], report["trials_done"]) == (2, 2)
+    states = [t.state for t in optuna.load_study(study_name="killed", storage=storage).trials]
+    assert states[0] == optuna.trial.TrialState.FAIL
+    assert states[1:] == [optuna.trial.TrialState.COMPLETE] * 2
