@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import Engine
 
 import targets
 from sandbox.choice import BACKENDS, choose_sandbox
@@ -19,7 +21,7 @@ from verifiers.static import StaticError, check
 
 from .errors import UserError
 from .service import RunService, load_target, resolve
-from .store import DEFAULT_URL, Store, open_engine
+from .store import DEFAULT_URL, Store, StoreError, open_engine
 from .tune import Goal, Study, TuneReport, TuneSpec, tune
 
 DEFAULT_STORAGE = "sqlite:///crucible-tune.db"
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> None:
         study=args.study,
     )
     err = Console(stderr=True)
-    service = RunService(Store(open_engine(args.db)))
+    service = RunService(Store(shared_store(args.db)))
     sandbox, reason = choose_sandbox(args.sandbox)
     err.print(f"sandbox: {sandbox.name} ({reason})", markup=False, highlight=False, soft_wrap=True)
     study = Study(spec, target, program, sandbox, service)
@@ -95,6 +97,19 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         show(report, Console())
+
+
+def shared_store(url: str, attempts: int = 5) -> Engine:
+    """The run store, which processes of one study may be first to make at the same moment: the losers of
+    that race (its tables made by another process meanwhile) open it again."""
+    for attempt in range(attempts):
+        try:
+            return open_engine(url)
+        except StoreError:
+            if attempt + 1 == attempts:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def policy(target: Target, given: str) -> tuple[str, str, Program]:
