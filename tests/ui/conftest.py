@@ -1,86 +1,23 @@
-"""The UI's tests read a store seeded by real short searches on the shipped kv workload in the process
-sandbox: one finished run of six candidates (the offline proposer), and one of the LLM proposer against
-the scripted OpenAI-compatible endpoint of tests/search (real client, real HTTP) that Z3 refutes a
-candidate of, the static check rejects another of, and its token cap stops (resumable)."""
+"""Fixtures of the UI's tests: the seeded store (seeded_store.py) once per session, the app on a store."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
 
+from seeded_store import Seeded, seed
 from streamlit.testing.v1 import AppTest
 
-from search import cli
-from search.readmodel import ReadModel, RunInfo
-from search.store import Store, open_engine
 from search.ui_command import DB_ENV, app_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
-from scripted_llm import Reply, ScriptedLLM, program  # the LLM tests' endpoint
-
-REFUTED = '"""Age per hit."""\n\n\ndef priority(b, p):\n    return b.age / b.hits\n'
-"""Inside the subset, but Z3 finds a division by zero (hits = 0 is in the domain)."""
-OUTSIDE_SUBSET = "import os\n\n\ndef priority(b, p):\n    return os.getpid()\n"
-KEY_ENV = "CRUCIBLE_UI_TEST_KEY"
-SEARCH = ["search", "--target", "kv", "--sandbox", "process", "--trials", "4", "--seed", "0"]
-
-
-@dataclass(frozen=True)
-class Seeded:
-    url: str
-    finished: RunInfo
-    stopped: RunInfo
-
-    @property
-    def read(self) -> ReadModel:
-        return ReadModel(Store(open_engine(self.url, create=False)))
 
 
 @pytest.fixture(scope="session")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
-    url = f"sqlite:///{tmp_path_factory.mktemp('ui-store') / 'crucible.db'}"
-    cli.main([*SEARCH, "--db", url, "--budget", "6"])
-    numbers = itertools.count(1)
-    script = [Reply(REFUTED), Reply(OUTSIDE_SUBSET)]
-    os.environ[KEY_ENV] = "sk-scripted"
-    with ScriptedLLM(script, lambda body: Reply(program(next(numbers)))) as llm:
-        llm_flags = [
-            "--proposer",
-            "llm",
-            "--model",
-            "scripted",
-            "--base-url",
-            llm.url,
-            "--api-key-env",
-            KEY_ENV,
-        ]
-        cli.main(
-            [
-                *SEARCH,
-                "--db",
-                url,
-                "--budget",
-                "20",
-                *llm_flags,
-                "--price",
-                "scripted=1,2",
-                "--max-tokens",
-                "250",
-            ]
-        )
-    read = ReadModel(Store(open_engine(url, create=False)))
-    finished, stopped = read.runs()
-    assert (finished.status, stopped.status) == ("finished", "stopped")
-    yield Seeded(url, finished, stopped)
-    del os.environ[KEY_ENV]
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    return seed(f"sqlite:///{tmp_path_factory.mktemp('ui-store') / 'crucible.db'}")
 
 
 @pytest.fixture

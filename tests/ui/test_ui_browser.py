@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Seeded
+from seeded_store import Seeded
 
 from search.readmodel import ReadModel
 from search.store import Store, open_engine

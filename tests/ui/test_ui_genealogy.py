@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import Seeded
+from seeded_store import Seeded
 
 from ui import genealogy, nav
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Seeded
+from seeded_store import KEY_ENV, Seeded
 from streamlit.testing.v1 import AppTest
 
 from sandbox.process import ProcessSandbox
@@ -241,8 +241,9 @@ def test_launch_with_an_unreachable_endpoint_is_one_line(tmp_path, open_page, mo
     assert not Store(open_engine(url)).runs(), "nothing stored"
 
 
-def test_resume_whose_endpoint_is_gone_says_why_in_one_line(seeded: Seeded, open_page) -> None:
+def test_resume_whose_endpoint_is_gone_says_why_in_one_line(seeded: Seeded, open_page, monkeypatch) -> None:
     run = seeded.stopped  # its scripted endpoint closed when the seeding search ended
+    monkeypatch.setenv(KEY_ENV, "sk-scripted")
     at = open_page(seeded.url, "views/run.py", run=run.run_id)
     at.button(key="resume").click().run(timeout=120)
     assert len(at.error) == 1
