@@ -106,7 +106,8 @@ class ProcessSandbox:
         job_file = scratch / "job.json"
         env = {
             "PATH": os.defpath,
-            "PYTHONPATH": str(PROJECT_ROOT),
+            # the user's PYTHONPATH after ours: a target a package there declares must load in the child too
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))),
             "HOME": str(scratch),
             "TMPDIR": str(scratch),
             "NUMBA_CACHE_DIR": str(self.cache_dir),

@@ -1,12 +1,18 @@
-"""Targets: each fixes a mechanism and asks candidates only for a narrow policy."""
+"""Targets: each fixes a mechanism and asks candidates only for a narrow policy.
+
+The built-in targets are named here. Any installed package adds its own by an entry point in the
+`crucible.targets` group (`NAME = "package.module:Factory"`, a callable that returns the Target), so a
+new target needs no edit of this file; a built-in name is never replaced.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 
 from .base import Target
 
-_TARGETS: dict[str, Callable[[], Target]] = {}
+ENTRY_POINT_GROUP = "crucible.targets"
 
 
 def _kv() -> Target:
@@ -27,18 +33,28 @@ def _dit() -> Target:
     return DiTTarget()
 
 
-_TARGETS["kv"] = _kv
-_TARGETS["batching"] = _batching
-_TARGETS["dit"] = _dit
+_BUILT_IN: dict[str, Callable[[], Target]] = {"kv": _kv, "batching": _batching, "dit": _dit}
+
+
+def _installed() -> dict[str, EntryPoint]:
+    """Targets other packages declare, read from the import path on every call: no cache to go stale."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _BUILT_IN}
 
 
 def names() -> tuple[str, ...]:
-    return tuple(_TARGETS)
+    return (*_BUILT_IN, *_installed())
 
 
 def load(name: str) -> Target:
-    """The target called `name`; KeyError names the known ones."""
+    """The target called `name`; KeyError names the known ones, ImportError says which plugin is broken."""
+    if name in _BUILT_IN:
+        return _BUILT_IN[name]()
+    installed = _installed()
+    if name not in installed:
+        raise KeyError(f"unknown target {name!r}; known targets: {', '.join(names())}")
+    entry = installed[name]
     try:
-        return _TARGETS[name]()
-    except KeyError:
-        raise KeyError(f"unknown target {name!r}; known targets: {', '.join(_TARGETS)}") from None
+        factory = entry.load()
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f"target {name!r} ({entry.value}) cannot be loaded: {exc}") from None
+    return factory()
