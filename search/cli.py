@@ -221,7 +221,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except targets.TargetUnavailable as exc:  # the parser lists every target's options: a broken one stops it
+        _fail(str(exc), code=1)
     try:
         handler = {
             "search": _search,

@@ -15,6 +15,10 @@ from .base import Target
 ENTRY_POINT_GROUP = "crucible.targets"
 
 
+class TargetUnavailable(ImportError):
+    """An installed target's entry point names a module or callable that does not load; one line."""
+
+
 def _kv() -> Target:
     from .kv import KVTarget
 
@@ -46,7 +50,7 @@ def names() -> tuple[str, ...]:
 
 
 def load(name: str) -> Target:
-    """The target called `name`; KeyError names the known ones, ImportError says which plugin is broken."""
+    """The target called `name`; KeyError names the known ones, TargetUnavailable the broken plugin."""
     if name in _BUILT_IN:
         return _BUILT_IN[name]()
     installed = _installed()
@@ -56,5 +60,5 @@ def load(name: str) -> Target:
     try:
         factory = entry.load()
     except (ImportError, AttributeError) as exc:
-        raise ImportError(f"target {name!r} ({entry.value}) cannot be loaded: {exc}") from None
+        raise TargetUnavailable(f"target {name!r} ({entry.value}) cannot be loaded: {exc}") from None
     return factory()

@@ -117,3 +117,17 @@ def test_a_bad_setting_is_one_line_and_stores_nothing(
     assert line.startswith("crucible: error: ")
     assert all(words in line for words in named)
     assert _stored_runs(db) == 0
+
+
+def test_a_plugin_that_cannot_load_is_named_in_one_line(
+    plugin: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = plugin / "plugins" / "broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[crucible.targets]\nbroken = no_such_module:Target\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["targets", "list"])
+    assert exit_.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("crucible: error: target 'broken' (no_such_module:Target) cannot be loaded")
