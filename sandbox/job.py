@@ -78,6 +78,17 @@ class InstanceResult:
 
 
 @dataclass(frozen=True)
+class TrialRecord:
+    """One Optuna trial as the UI shows it: value is None unless the trial completed with a finite one."""
+
+    number: int
+    params: dict[str, float]
+    value: float | None
+    state: str
+    """COMPLETE | PRUNED (a non-finite objective) | FAIL, Optuna's names"""
+
+
+@dataclass(frozen=True)
 class Result:
     """What a job produced; `params` are the tuned (or given) values used for the eval instances."""
 
@@ -86,6 +97,8 @@ class Result:
     params: dict[str, float] = field(default_factory=dict)
     instances: tuple[InstanceResult, ...] = ()
     trials: int = 0
+    study: tuple[TrialRecord, ...] = ()
+    """Every tuning trial in order, so the study's history and parameter importance outlive the job."""
     gated: bool = False
     seconds: float = 0.0
     backend: str = ""
@@ -97,4 +110,5 @@ class Result:
     def from_json(cls, data: dict[str, Any]) -> Result:
         fields = dict(data)
         fields["instances"] = tuple(InstanceResult(**i) for i in data.get("instances", ()))
+        fields["study"] = tuple(TrialRecord(**t) for t in data.get("study", ()))
         return cls(**fields)

@@ -11,6 +11,8 @@ import optuna
 
 from verifiers.program import ParamRange
 
+from .job import TrialRecord
+
 MAX_STARTUP_TRIALS = 10
 """Optuna's own default: random trials before TPE models the results; fewer when the budget is small."""
 
@@ -27,6 +29,7 @@ class TuneOutcome:
     best_params: dict[str, float]
     best_value: float
     trials_run: int
+    history: tuple[TrialRecord, ...] = ()
 
 
 def tune(
@@ -45,7 +48,9 @@ def tune(
     defaults = {p.name: p.initial for p in params}
     if not params:
         value = float(evaluate(defaults))
-        return TuneOutcome(defaults, value if math.isfinite(value) else math.nan, 1)
+        finite = math.isfinite(value)
+        trial = TrialRecord(0, dict(defaults), value if finite else None, "COMPLETE" if finite else "PRUNED")
+        return TuneOutcome(defaults, value if finite else math.nan, 1, (trial,))
 
     def objective(trial: optuna.Trial) -> float:
         values = {p.name: trial.suggest_float(p.name, p.low, p.high, log=p.log) for p in params}
@@ -66,8 +71,14 @@ def tune(
         study.optimize(objective, n_trials=trials)
     finally:
         optuna.logging.set_verbosity(verbosity)
+    history = tuple(_record(t) for t in study.trials)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
-        return TuneOutcome(defaults, math.nan, len(study.trials))
+        return TuneOutcome(defaults, math.nan, len(study.trials), history)
     best = study.best_trial
-    return TuneOutcome(dict(best.params), float(best.value), len(study.trials))
+    return TuneOutcome(dict(best.params), float(best.value), len(study.trials), history)
+
+
+def _record(trial: optuna.trial.FrozenTrial) -> TrialRecord:
+    value = float(trial.value) if trial.value is not None else None
+    return TrialRecord(trial.number, dict(trial.params), value, trial.state.name)

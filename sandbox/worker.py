@@ -23,7 +23,7 @@ from targets.base import Instance, Target, WorkloadError
 from verifiers.program import ParamRange, Program
 from verifiers.static import StaticError, check
 
-from .job import InstanceResult, Job, Result, Status
+from .job import InstanceResult, Job, Result, Status, TrialRecord
 from .tuner import tune
 
 MESSAGE_CHARS = 1000
@@ -99,6 +99,7 @@ def _checked(job: Job, target: Target) -> Result:
         return math.fsum(r.metrics[target.objective.metric] for r in results) / len(results)
 
     params, trials, gated = start, 0, False
+    history: tuple[TrialRecord, ...] = ()
     if job.tuning and train:
         ranges = tuple(replace(p, default=start[p.name]) for p in program.params)
         outcome = tune(
@@ -106,7 +107,7 @@ def _checked(job: Job, target: Target) -> Result:
         )
         if not math.isfinite(outcome.best_value):
             raise ValueError(f"no trial gave a finite {target.objective.metric}")
-        params, trials = outcome.best_params, outcome.trials_run
+        params, trials, history = outcome.best_params, outcome.trials_run, outcome.history
         gate = job.tuning.gate
         gated = gate is not None and target.objective.better(gate, outcome.best_value)
     elif train:
@@ -114,7 +115,7 @@ def _checked(job: Job, target: Target) -> Result:
     done = list(scored[_key(program, params)]) if train else []
     if not gated:
         done += [_evaluate(target, program, i, params) for i in job.instances if i.role != "train"]
-    return Result("ok", params=params, instances=tuple(done), trials=trials, gated=gated)
+    return Result("ok", params=params, instances=tuple(done), trials=trials, study=history, gated=gated)
 
 
 def _builtin(job: Job, target: Target) -> Result:

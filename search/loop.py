@@ -362,6 +362,7 @@ class Search:
         evals = [i.metrics[metric] for i in result.instances if i.role == "eval" and metric in i.metrics]
         row.train_score = sum(train) / len(train) if train else None
         row.params = json.dumps(result.params, sort_keys=True)
+        row.trials = json.dumps([asdict(t) for t in result.study])
         row.message = result.message
         if result.status != "ok":
             row.status = result.status

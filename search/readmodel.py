@@ -116,6 +116,8 @@ class CandidateInfo(_Record):
     cost_usd: float
     source: str
     params: dict[str, float]
+    trials: list[dict[str, Any]]
+    """The Optuna study that tuned `params`: {number, params, value, state} per trial, in order."""
     train_score: float | None
     score: float | None
     metrics: dict[str, float]
@@ -499,6 +501,7 @@ def _candidate(row: Candidate, evaluations: list[Evaluation], verdicts: list[Ver
         cost_usd=row.cost_usd,
         source=row.source,
         params=json.loads(row.params),
+        trials=list(json.loads(row.trials or "[]")),
         train_score=row.train_score,
         score=row.score,
         metrics=mean_metrics([e.metrics for e in infos if e.role == "eval"]),

@@ -72,6 +72,8 @@ class Candidate(SQLModel, table=True):
     """pending | evaluated | gated | rejected | invalid | timeout | oom | denied | crashed"""
     message: str = ""
     params: str = "{}"
+    trials: str = "[]"
+    """The Optuna study that tuned its PARAMS, one {number, params, value, state} per trial, as JSON."""
     train_score: float | None = None
     score: float | None = None
     created_at: datetime = Field(default_factory=_now)

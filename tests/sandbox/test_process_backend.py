@@ -64,11 +64,21 @@ def test_kv_job_tunes_on_train_and_scores_every_instance(tuned: Result) -> None:
         assert low <= tuned.params[name] <= high
 
 
+def test_the_study_crosses_the_sandbox_boundary_trial_by_trial(tuned: Result) -> None:
+    assert [t.number for t in tuned.study] == list(range(tuned.trials))
+    complete = [t for t in tuned.study if t.state == "COMPLETE"]
+    assert complete and all(set(t.params) == set(RANGES) for t in complete)
+    best = max(complete, key=lambda t: t.value or 0.0)
+    assert best.params == pytest.approx(tuned.params)
+    assert best.value == pytest.approx(_train_rate(tuned))
+
+
 def test_tuning_never_loses_to_the_defaults(box: ProcessSandbox, tuned: Result) -> None:
     defaults = box.run(_job())
     assert defaults.status == "ok", defaults.message
     assert defaults.params == {"w_hits": 1.0, "half_life_s": pytest.approx(60.0)}
     assert defaults.trials == 0
+    assert defaults.study == ()
     assert _train_rate(tuned) >= _train_rate(defaults)
 
 

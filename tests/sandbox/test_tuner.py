@@ -3,11 +3,13 @@ models the results (TPE) even within a small budget."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 
 import pytest
 
+from sandbox.job import Result
 from sandbox.tuner import tune
 from verifiers.program import ParamRange
 
@@ -104,3 +106,21 @@ def test_tpe_engages_within_a_small_budget() -> None:
         early += [distance(c) for c in calls[1:4]]
         late += [distance(c) for c in calls[4:]]
     assert statistics.fmean(late) < 0.85 * statistics.fmean(early)
+
+
+def test_history_records_every_trial_in_order_with_its_state() -> None:
+    evaluate, calls = _recorder(lambda p: math.nan if p["x"] > 0.5 else p["x"])
+    outcome = tune(evaluate, PARAMS, "maximize", trials=12, seed=0)
+    assert [t.number for t in outcome.history] == list(range(12))
+    assert [t.params for t in outcome.history] == calls
+    for trial in outcome.history:
+        finite = trial.params["x"] <= 0.5
+        assert (trial.state, trial.value) == (("COMPLETE", trial.params["x"]) if finite else ("PRUNED", None))
+    assert any(t.state == "PRUNED" for t in outcome.history)
+
+
+def test_history_survives_the_json_boundary() -> None:
+    evaluate, _ = _recorder(lambda p: p["x"])
+    outcome = tune(evaluate, PARAMS, "maximize", trials=4, seed=0)
+    result = Result("ok", params=outcome.best_params, trials=4, study=outcome.history)
+    assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result

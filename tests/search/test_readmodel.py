@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from in_process import InProcess
+from sqlalchemy import inspect, text
 
 from search.cli import main
 from search.proposers.evolve import EvolveProposer
@@ -14,13 +15,16 @@ from search.readmodel import ReadModel
 from search.service import RunService, prepare
 from search.store import BASELINE, Store, open_engine
 
+TRIALS = 2
+"""Optuna trials per candidate in the stored run."""
+
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """One real search of four candidates, evaluated on the shipped kv mechanism: (db URL, run id)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('read') / 'runs.db'}"
     runs = RunService(Store(open_engine(url)))
-    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=2, seed=4))
+    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=TRIALS, seed=4))
     runs.execute(info.run_id, InProcess(), EvolveProposer())
     return url, info.run_id
 
@@ -82,6 +86,27 @@ def test_each_candidate_carries_its_lineage_verdicts_params_and_metrics_per_inst
             assert c.metrics["block_hit_rate"] == c.score
             assert set(c.params) == set(json.loads(json.dumps(c.params)))
         assert (c.failure_class == "") == (c.status in ("evaluated", "gated"))
+
+
+def test_a_tuned_candidate_keeps_its_optuna_study_one_trial_per_trial_run(stored: tuple[str, str]) -> None:
+    url, run_id = stored
+    read = ReadModel(Store(open_engine(url, create=False)))
+    tuned = [c for c in read.candidates(run_id) if c.status in ("evaluated", "gated") and c.params]
+    assert tuned
+    for c in tuned:
+        assert [t["number"] for t in c.trials] == list(range(TRIALS))
+        complete = [t for t in c.trials if t["state"] == "COMPLETE"]
+        best = max(complete, key=lambda t: t["value"])
+        assert best["params"] == pytest.approx(c.params)
+        assert best["value"] == pytest.approx(c.train_score)
+
+
+def test_an_older_store_without_the_trials_column_opens_with_empty_studies(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with open_engine(url).begin() as connection:
+        connection.execute(text("ALTER TABLE candidate DROP COLUMN trials"))
+    columns = {c["name"]: c for c in inspect(open_engine(url, create=False)).get_columns("candidate")}
+    assert "trials" in columns and columns["trials"]["default"] == "'[]'"
 
 
 def test_runs_best_json_holds_the_file_and_verify_checks_a_stored_candidate(
