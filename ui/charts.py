@@ -114,6 +114,43 @@ def metric_chart(frame: pd.DataFrame, metric: str, highlight: str) -> alt.Chart:
     )
 
 
+def history_chart(frame: pd.DataFrame, objective: str) -> alt.LayerChart:
+    """Optuna's optimization history: each trial's train objective (dots), the best so far (a step line)."""
+    x = alt.X("number:Q", title="trial", axis=alt.Axis(tickMinStep=1, format="d"))
+    y_title = f"{objective} (train)"
+    scale = alt.Scale(zero=False)
+    best = (
+        alt.Chart(frame)
+        .mark_line(interpolate="step-after", color="black", strokeWidth=2)
+        .encode(x, alt.Y("best_so_far:Q", title=y_title, scale=scale))
+    )
+    dots = (
+        alt.Chart(frame.dropna(subset=["value"]))
+        .mark_circle(size=60, color="#1f77b4")
+        .encode(
+            x,
+            alt.Y("value:Q", title=y_title, scale=scale),
+            tooltip=["number:Q", "state:N", alt.Tooltip("value:Q", format=".4f")],
+        )
+    )
+    return alt.layer(best, dots).properties(height=260)
+
+
+def importance_chart(importances: Mapping[str, float]) -> alt.Chart:
+    """Each tuned constant's share of the importance, largest first."""
+    frame = pd.DataFrame([{"param": k, "importance": v} for k, v in importances.items()])
+    return (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            alt.X("importance:Q", title="importance (PED-ANOVA)", scale=alt.Scale(domain=[0, 1])),
+            alt.Y("param:N", sort="-x", title=None),
+            tooltip=["param:N", alt.Tooltip("importance:Q", format=".3f")],
+        )
+        .properties(height=alt.Step(24))
+    )
+
+
 def failures_chart(failures: Mapping[str, int]) -> alt.Chart:
     frame = pd.DataFrame([{"class": k, "candidates": v} for k, v in failures.items()])
     return (

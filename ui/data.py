@@ -9,9 +9,11 @@ empty database.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import streamlit as st
 
+from search.importance import param_importances as _param_importances
 from search.readmodel import (
     BaselineInfo,
     CandidateInfo,
@@ -81,6 +83,14 @@ def events(url: str, run_id: str) -> list[EventInfo]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def heuristic_file(url: str, run_id: str, candidate_id: int) -> str:
     return _read_model(url).heuristic_file(run_id, candidate_id)
+
+
+@st.cache_data(show_spinner=False)
+def param_importances(
+    target: str, source: str, trials: list[dict[str, Any]], direction: str
+) -> dict[str, float]:
+    """From the stored study alone, so a finished candidate's answer never changes: cached without expiry."""
+    return _param_importances(target, source, trials, direction)
 
 
 def run_ids_now(url: str) -> set[str]:

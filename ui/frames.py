@@ -166,6 +166,15 @@ def evaluations_frame(policies: dict[str, Sequence[EvaluationInfo]]) -> pd.DataF
     return pd.DataFrame(rows, columns=["policy", "instance", "role", "metric", "value"])
 
 
+def trials_frame(c: CandidateInfo, maximize: bool) -> pd.DataFrame:
+    """The candidate's Optuna trials in order, with the best value so far (complete trials only score)."""
+    frame = pd.DataFrame(c.trials, columns=["number", "value", "state"])
+    values = frame["value"].astype(float)
+    best = values.cummax() if maximize else values.cummin()
+    frame["best_so_far"] = best.ffill()  # a pruned trial keeps the best line going
+    return frame
+
+
 def policies(candidate: CandidateInfo, baselines: Sequence[BaselineInfo]) -> dict[str, list[EvaluationInfo]]:
     """The candidate's evaluations and every baseline's, by the name a chart shows."""
     return {candidate_label(candidate): candidate.evaluations, **{b.name: b.evaluations for b in baselines}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from seeded_store import KEY_ENV, Seeded
+from seeded_store import KEY_ENV, SEARCH, Seeded
 from streamlit.testing.v1 import AppTest
 
 from sandbox.process import ProcessSandbox
@@ -267,3 +267,22 @@ def test_a_failed_run_says_why(tmp_path, open_page) -> None:
     assert not {"stop", "resume"} & buttons(at)
     at = open_page(url)
     assert list(at.dataframe[0].value["status"]) == ["failed"]
+
+
+def test_candidate_shows_its_optuna_study_history_and_parameter_importance(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    tuned = [c for c in seeded.read.candidates(run.run_id) if c.status == "evaluated" and c.params]
+    assert all(len(c.trials) == int(SEARCH[SEARCH.index("--trials") + 1]) for c in tuned)
+    spread = next(c for c in tuned if len({t["value"] for t in c.trials}) > 1)
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(spread.candidate_id))
+    assert not at.exception
+    assert f"**Optimization history** ({len(spread.trials)} trials)" in texts(at)
+    specs = [json.dumps(json.loads(chart.proto.spec)) for chart in at.get("vega_lite_chart")]
+    assert any('"best_so_far"' in spec and '"trial"' in spec for spec in specs), "the optimization history"
+    assert any("importance (PED-ANOVA)" in spec for spec in specs), "the parameter importance"
+    # Trials that all scored the same cannot rank the constants: one line says so, and no bars.
+    tied = next(c for c in tuned if len({t["value"] for t in c.trials}) == 1)
+    at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(tied.candidate_id))
+    assert not at.exception
+    assert "No parameter importance: its best trials do not differ from the rest" in texts(at)
+    assert not any("PED-ANOVA" in chart.proto.spec for chart in at.get("vega_lite_chart"))

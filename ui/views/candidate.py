@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from search.errors import UserError
+from search.importance import NoImportance
 from search.readmodel import CandidateInfo, RunInfo
 from ui import charts, data, frames, nav, states
 
@@ -119,11 +120,27 @@ def verification_tab(c: CandidateInfo) -> None:
 def params_tab(c: CandidateInfo) -> None:
     if not c.params:
         st.info("No tuned constants: the candidate declares no PARAMS, or it never ran.")
+    else:
+        st.dataframe(
+            pd.DataFrame([{"param": k, "value": v} for k, v in sorted(c.params.items())]), hide_index=True
+        )
+        st.caption("Tuned by Optuna on the training instances, then used on every instance.")
+    if c.trials:
+        study(c)
+
+
+def study(c: CandidateInfo) -> None:
+    """The stored Optuna study: how tuning went, trial by trial, and which constants mattered."""
+    st.markdown(f"**Optimization history** ({len(c.trials)} trials)")
+    frame = frames.trials_frame(c, run.direction == "maximize")
+    st.altair_chart(charts.history_chart(frame, run.objective), width="stretch")
+    st.markdown("**Parameter importance**")
+    try:
+        importances = data.param_importances(run.target, c.source, c.trials, run.direction)
+    except NoImportance as exc:
+        st.caption(f"No parameter importance: {exc}.")
         return
-    st.dataframe(
-        pd.DataFrame([{"param": k, "value": v} for k, v in sorted(c.params.items())]), hide_index=True
-    )
-    st.caption("Tuned by Optuna on the training instances, then used on every instance.")
+    st.altair_chart(charts.importance_chart(importances), width="stretch")
 
 
 def metrics_tab(c: CandidateInfo, run: RunInfo) -> None:
