@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import docker
 import pytest
 from docker.errors import NotFound
+from docker.models.containers import Container
 
 import targets
 from sandbox.base import SandboxUnavailable
@@ -49,6 +51,13 @@ info = {
 }
 raise RuntimeError(json.dumps(info))
 """
+
+
+def _containers(client: docker.DockerClient, filters: dict[str, str]) -> list[Container]:
+    """The containers matching filters; docker-py inspects each after listing, and one may go in between."""
+    while True:
+        with contextlib.suppress(NotFound):
+            return client.containers.list(all=True, filters=filters)
 
 
 def shipped_instances(tmp_path: Path) -> tuple[Instance, ...]:
@@ -133,7 +142,7 @@ def test_jobs_run_side_by_side_leave_as_many_warm_containers(docker_box: DockerS
             assert [r.status for r in pool.map(box.run, [job, job])] == ["ok", "ok"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the jobs' containers go, two spares come
-            containers = box.client.containers.list(all=True, filters=mine)
+            containers = _containers(box.client, mine)
             if len(containers) == 2 and all(c.status == "running" for c in containers):
                 break
             time.sleep(0.2)
@@ -151,7 +160,7 @@ def test_a_spare_warms_on_every_instance_of_the_job_it_stands_in_for(docker_box:
         assert box.run(Job("kv", KV.baselines()["lru"], two)).status == "ok"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the job's own container may still be on its way out
-            commands = [c.attrs["Config"]["Cmd"] for c in box.client.containers.list(all=True, filters=mine)]
+            commands = [c.attrs["Config"]["Cmd"] for c in _containers(box.client, mine)]
             if spares := [command for command in commands if "--warm" in command]:
                 break
             time.sleep(0.2)
@@ -169,7 +178,7 @@ def test_no_container_outlives_the_sandbox(docker_box: DockerSandbox) -> None:
     assert killed.status == "timeout"
     assert box.run(Job("kv", KV.baselines()["lru"], SMALL)).status == "ok"
     box.close()  # its warm spare goes too
-    assert box.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={box.owner}"}) == []
+    assert _containers(box.client, {"label": f"{OWNER_LABEL}={box.owner}"}) == []
 
 
 def test_containers_left_by_a_dead_search_are_reaped_and_others_kept(docker_box: DockerSandbox) -> None:
@@ -189,7 +198,7 @@ def test_containers_left_by_a_dead_search_are_reaped_and_others_kept(docker_box:
     }
     try:
         DockerSandbox(image=docker_box.image, client=docker_box.client)
-        left = {c.id for c in docker_box.client.containers.list(all=True, filters={"label": LABEL})}
+        left = {c.id for c in _containers(docker_box.client, {"label": LABEL})}
         assert {name for name, c in made.items() if c.id in left} == {"elsewhere", "alive"}
     finally:
         for container in made.values():
