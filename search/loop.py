@@ -62,6 +62,8 @@ class RunConfig:
     """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
     seeds: dict[str, str] = field(default_factory=dict)
     """More heuristics (name -> source) run like the baselines and seeding the islands (a CI champion)."""
+    holdout: dict[str, Any] = field(default_factory=dict)
+    """The time split of `--holdout` (search/holdout.py's Split: share, head and tail windows); {} for none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
