@@ -47,10 +47,17 @@ class DiTModel:
     source: str
     default: tuple[int, int, int, int]
     """Height, width, frames, steps the model card generates at."""
+    outside_s_per_pixel_frame: float | None = None
+    """Seconds per output pixel and frame the generation spends outside the transformer (text encoders,
+    VAE decoding), which no plan divides; None where no measurement ships (then priced as nothing)."""
 
     @property
     def weight_bytes(self) -> float:
         return self.params * BYTES_PER_PARAM
+
+    def outside_s(self, height: int, width: int, frames: int = 1) -> float:
+        """Seconds of one generation outside the transformer: the VAE decodes every pixel of every frame."""
+        return (self.outside_s_per_pixel_frame or 0.0) * height * width * frames
 
     def latent_frames(self, frames: int) -> int:
         """Latent frames of a clip: the first frame alone, then one per `vae_temporal` frames."""
@@ -90,6 +97,24 @@ class DiTModel:
         return self.image_tokens(height, width, frames) + joint
 
 
+HUNYUANVIDEO_960_H100_ULYSSES_S = {2: 934.09, 6: 367.02}
+"""xDiT docs/performance/hunyuanvideo.md: HunyuanVideo 960x960, 129 frames, 50 steps, Ulysses on 2 and 6 H100s
+(s), end to end in the official repository, which divides only the transformer among the GPUs (its
+hyvideo/inference.py wraps the transformer alone; every rank encodes the prompt and decodes the whole
+video)."""
+
+
+def undivided_s(times: dict[int, float]) -> float:
+    """F of T(n) = F + W / n, the part no GPU count divides, from counts a < b: (b T_b - a T_a) / (b - a)."""
+    (a, t_a), (b, t_b) = sorted(times.items())
+    return (b * t_b - a * t_a) / (b - a)
+
+
+HUNYUANVIDEO_OUTSIDE_S_PER_PIXEL_FRAME = undivided_s(HUNYUANVIDEO_960_H100_ULYSSES_S) / (960 * 960 * 129)
+"""83.5 s over 960 x 960 x 129 pixel-frames. Not scaled off H100: xDiT's H20 rows in the same file give 121 s
+(720p, 2 and 8 GPUs) and 119 s (960 px, 3 and 6) by the same formula, no longer than on H100 with under a
+sixth of its tensor throughput (H20 datasheet: 148 TFLOPS dense BF16): tensor throughput does not set it."""
+
 MODELS: dict[str, DiTModel] = {
     m.name: m
     for m in (
@@ -122,7 +147,8 @@ MODELS: dict[str, DiTModel] = {
         # patch_size_t 1, in_channels 16; 3D VAE 4x in time, 8x in space; 256 text tokens (text_len);
         # guidance_embeds true (no CFG pass). Paper: 13 billion parameters.
         DiTModel("hunyuanvideo", 60, 3072, 24, 128, 12288, (1, 2, 2), 4, 8, 16, 256, "joint", False, 13e9,
-                 True, "tencent/HunyuanVideo transformer/config.json", (720, 1280, 129, 50)),
+                 True, "tencent/HunyuanVideo transformer/config.json", (720, 1280, 129, 50),
+                 HUNYUANVIDEO_OUTSIDE_S_PER_PIXEL_FRAME),
         # THUDM/CogVideoX-5b transformer/config.json: num_layers 42, num_attention_heads 48 x
         # attention_head_dim 64, patch_size 2, in_channels 16, max_text_seq_length 226 (joint), VAE 4x in
         # time (temporal_compression_ratio) and 8x in space; CFG. Model card: 5B parameters.

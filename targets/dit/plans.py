@@ -94,8 +94,10 @@ class StepCost:
     comm_s: float
     """Per step, communication not hidden behind compute."""
     step_s: float
+    outside_s: float
+    """Once per request, outside the transformer (text encoders, VAE decoding): every plan runs it whole."""
     total_s: float
-    """All steps, PipeFusion's warm-up step and pipeline fill included."""
+    """End to end: all steps, PipeFusion's warm-up step and pipeline fill, and the work outside included."""
     memory_bytes: float
     """Per GPU: the transformer's weights it holds and its live activations."""
 
@@ -156,8 +158,10 @@ def step_cost(request: Request, plan: Plan, pricing: Pricing) -> StepCost:
     step = compute + exposed
     # PipeFusion's warm-up steps run each stage in turn over the whole image; the pipeline fills once.
     warmup = min(PIPEFUSION_WARMUP_STEPS, request.steps) if p > 1 else 0
-    total = warmup * p * step + (request.steps - warmup) * step + (p - 1) * per_patch
-    return StepCost(plan, compute, exposed, step, total, memory_bytes(request, plan))
+    steps = warmup * p * step + (request.steps - warmup) * step + (p - 1) * per_patch
+    # Text encoding and VAE decoding run whole on every rank, as xDiT's pipelines do: no plan divides them.
+    outside = m.outside_s(request.height, request.width, request.frames)
+    return StepCost(plan, compute, exposed, step, outside, outside + steps, memory_bytes(request, plan))
 
 
 def memory_bytes(request: Request, plan: Plan) -> float:
