@@ -55,6 +55,7 @@ def _row(rank: int, cost: StepCost, span: str) -> dict[str, Any]:
         "gpus": ",".join(str(g) for g in p.gpus),
         "links": span,
         "step_s": cost.step_s,
+        "outside_s": cost.outside_s,
         "total_s": cost.total_s,
         "comm_share": cost.comm_share,
         "memory_gib": cost.memory_bytes / GiB,
@@ -76,10 +77,12 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
     costs = ranked(request, gpus, gpu_pricing(cluster))
     rows = [_row(i + 1, c, cluster.span(gpus)) for i, c in enumerate(costs)]
     m = request.model
+    outside = m.outside_s(request.height, request.width, request.frames)
     title = (
         f"{m.name} {request.height}x{request.width}"
         + (f"x{request.frames}f" if m.video else "")
         + f", {request.steps} steps, {request.sequence} tokens, on {count} of {cluster.name}"
+        + (f"; {outside:.1f} s outside the transformer in every plan" if outside else "")
         + ("" if rows else ": no valid plan (memory or divisibility)")
     )
     columns = ("rank", "plan", "gpus", "links", "step_s", "total_s", "comm_share", "memory_gib")
