@@ -31,7 +31,7 @@ from .evaluation import checked, evaluate_baselines, evaluate_file, plan, read_p
 from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
-from .readmodel import ProposerStats, ReadModel, RunInfo, RunReport
+from .readmodel import HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport
 from .service import RunService, load_target, prepare, proposer_for
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
@@ -131,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run (its settings are stored)")
     s.add_argument("--max-cost-usd", type=float, help="stop (resumably) once proposals cost this much")
     s.add_argument("--max-tokens", type=int, help="stop (resumably) once proposals used this many tokens")
+    s.add_argument(
+        "--holdout",
+        metavar="SHARE",
+        help="hold out this share of the workload's requests, the last in time (e.g. 0.33): tune and select "
+        "on the head, then report the best and the baselines on the tail, as tuned and re-tuned there",
+    )
     llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
     llm.add_argument(
         "--model",
@@ -379,6 +385,7 @@ def _search(args: argparse.Namespace) -> None:
             llm=_llm_settings(args),
             max_cost_usd=args.max_cost_usd,
             max_tokens=args.max_tokens,
+            holdout=args.holdout,
         )
         proposer_for(config, os.environ)  # no key, a bad template, no endpoint: fail before storing anything
         service = _service(args)
@@ -433,11 +440,26 @@ def _print_result(report: RunReport, target: Target) -> None:
     lines: list[RenderableType | str] = [
         _table(f"run {report.run.run_id} ({report.run.status})", rows, target)
     ]
+    if report.holdout:
+        lines.append(_holdout_table(report.holdout, target))
     if report.run.tokens or report.run.cost_usd:
         lines.append(f"proposals used {report.run.tokens} tokens, ${report.run.cost_usd:.4f}")
     if report.best:
         lines.append(f"best heuristic: crucible runs best {report.run.run_id} --output best.py")
     _print(*lines)
+
+
+def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
+    """Each policy's objective on the head it was selected on, and on the held-out tail."""
+    metric = target.objective.metric
+    table = Table(title=f"{metric}: head {holdout.head}, held-out tail {holdout.tail}")
+    table.add_column("policy")
+    for name in ("head", "tail", "tail re-tuned"):
+        table.add_column(name, justify="right")
+    for row in holdout.rows:
+        cells = (row.head, row.tail, row.tail_retuned)
+        table.add_row(row.name, *("-" if c is None else f"{c:.4f}" for c in cells))
+    return table
 
 
 def _cell(value: float, integer: bool) -> str:

@@ -22,6 +22,7 @@ from targets.base import Objective
 from verifiers.static import StaticError, check, render
 
 from .errors import UserError
+from .holdout import TAIL, TAIL_RETUNED
 from .store import BASELINE, Candidate, Evaluation, Event, Run, Store
 
 RAN = ("evaluated", "gated")
@@ -205,6 +206,31 @@ class VerificationCounts(_Record):
 
 
 @dataclass(frozen=True)
+class HoldoutRow(_Record):
+    """One policy on a run's held-out tail: the objective on the head (where it was tuned and selected), on
+    the tail as tuned on the head, and on the tail after re-tuning there (None where not measured)."""
+
+    name: str
+    kind: str
+    """found (the best candidate) | candidate (a baseline in candidate form) | builtin"""
+    head: float | None
+    tail: float | None
+    tail_retuned: float | None
+    tail_metrics: dict[str, float]
+    tail_retuned_metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class HoldoutReport(_Record):
+    """Where the run's workload was cut in time (START:STOP windows of its requests); each policy's scores."""
+
+    share: float
+    head: str
+    tail: str
+    rows: list[HoldoutRow]
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything `runs show --json` prints: the run, its best candidate, baselines and statistics."""
 
@@ -214,6 +240,8 @@ class RunReport:
     proposers: list[ProposerStats]
     verification: VerificationCounts
     failures: dict[str, int]
+    holdout: HoldoutReport | None = None
+    """The held-out tail's scores, for a run made with `--holdout`."""
 
     def to_json(self) -> dict[str, Any]:
         """The run's fields at the top level, `best` the whole best candidate."""
@@ -224,6 +252,7 @@ class RunReport:
             "proposers": [s.to_json() for s in self.proposers],
             "verification": self.verification.to_json(),
             "failures": self.failures,
+            "holdout": self.holdout.to_json() if self.holdout else None,
         }
 
     def baseline_metrics(self) -> dict[str, dict[str, float]]:
@@ -356,7 +385,34 @@ class ReadModel:
             proposers=self.proposer_stats(info.run_id),
             verification=self.verification(info.run_id),
             failures=self.failures(info.run_id),
+            holdout=self.holdout(info.run_id),
         )
+
+    def holdout(self, run_id: str) -> HoldoutReport | None:
+        """The run's head and tail scores per policy; None for a run without a holdout."""
+        run = self._run(run_id)
+        cut = json.loads(run.config).get("holdout")
+        if not cut:
+            return None
+        metric = _objective(run).metric
+        rows = {r.id: r for r in self.store.candidates(run.id)}
+        found: dict[tuple[int | None, str], dict[str, list[dict[str, float]]]] = {}
+        for e in self.store.evaluations(run.id):
+            found.setdefault((e.candidate_id, e.policy), {}).setdefault(e.role, []).append(
+                json.loads(e.metrics)
+            )
+        out = []
+        for (candidate_id, policy), roles in found.items():
+            if TAIL not in roles and TAIL_RETUNED not in roles:
+                continue
+            row = rows.get(candidate_id) if candidate_id is not None else None
+            kind = "builtin" if row is None else "candidate" if row.proposer == BASELINE else "found"
+            name = policy if row is None else row.name if kind == "candidate" else f"found #{row.id}"
+            head, tail, retuned = (mean_metrics(roles.get(r, [])) for r in ("eval", TAIL, TAIL_RETUNED))
+            scores = [m.get(metric) for m in (head, tail, retuned)]
+            out.append(HoldoutRow(name, kind, *scores, tail, retuned))
+        out.sort(key=lambda r: ("found", "candidate", "builtin").index(r.kind))
+        return HoldoutReport(float(cut["share"]), str(cut["head"]), str(cut["tail"]), out)
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""

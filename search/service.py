@@ -19,15 +19,18 @@ from typing import Any
 
 import targets
 from sandbox.base import Sandbox
+from sandbox.job import Limits
 from targets.base import Option, OptionError, Target, WorkloadError, resolve_options
 
 from .errors import UserError
+from .holdout import WINDOW_OPTION, check_share, measure_tail, split
 from .loop import BaselineFailed, Reporter, RunConfig, Search
 from .proposers.base import Proposer, ProposerUnavailable
 from .proposers.evolve import EvolveProposer
 from .proposers.llm import LLMConfig, LLMProposer, api_key
 from .proposers.mix import MixProposer
 from .readmodel import ReadModel, RunInfo, RunReport, run_status
+from .schedule import SCHEDULES
 from .store import Store
 
 ExecutorFactory = Callable[[int], Executor]
@@ -116,6 +119,7 @@ class RunService:
         pool = executor or self.executor_factory(config.workers)
         try:
             Search(self.store, run, sandbox, proposer, reporter, executor=pool).execute()
+            self._score_tail(run.id, config, sandbox, pool, reporter)
         except KeyboardInterrupt:
             self.stop(run.id, "interrupted")
             raise
@@ -136,6 +140,19 @@ class RunService:
                 pool.shutdown(wait=True, cancel_futures=True)
         return self.read.report(run.id)
 
+    def _score_tail(
+        self, run_id: str, config: RunConfig, sandbox: Sandbox, pool: Executor, reporter: Reporter | None
+    ) -> None:
+        """A finished run with a holdout: its best candidate and baselines scored on the held-out tail."""
+        info = self.read.run(run_id)
+        if not config.holdout or info.status != "finished":
+            return
+        if reporter:
+            reporter.note(f"scoring the held-out tail {config.holdout['tail']}")
+        best = info.best.candidate_id if info.best else None
+        limits = Limits(**config.limits)
+        measure_tail(self.store, run_id, best, sandbox, pool, config.trials, config.seed, limits)
+
     def stop(self, run_id: str, reason: str = "stopped") -> None:
         """Stop a run resumably: a live process of it on this machine is interrupted (it stores the run
         stopped itself, as on Ctrl-C); a run whose process is gone is marked stopped here."""
@@ -151,18 +168,25 @@ class RunService:
             self.store.log(run.id, "stopped", reason)
 
 
-def prepare(target: str, workload: str | None, options: Mapping[str, Any], **run_settings: Any) -> RunConfig:
+def prepare(
+    target: str, workload: str | None, options: Mapping[str, Any], *, holdout: Any = None, **run_settings: Any
+) -> RunConfig:
     """A run's configuration, every part checked (the workload made absolute); nothing stored, no store
     needed, so a mistake never leaves even an empty database behind.
 
-    `run_settings` are RunConfig's other fields (budget, seed, trials, workers, proposer, ...).
+    `run_settings` are RunConfig's other fields (budget, seed, trials, workers, proposer, ...); `holdout`,
+    a share of the workload's requests (the last in time), is cut off here: the run's window is the head.
     """
     found = load_target(target)
     workload, values = resolve(found, workload, options)
+    cut = None if holdout is None else split(found, workload, values, check_share(holdout))
+    if cut:
+        values[WINDOW_OPTION] = cut.head
     unknown = sorted(set(run_settings) - {f.name for f in fields(RunConfig)})
     if unknown:
         raise UserError(f"unknown run setting {unknown[0]!r}")
-    config = RunConfig(target=target, workload=workload, options=values, **run_settings)
+    held = {"holdout": cut.to_json()} if cut else {}
+    config = RunConfig(target=target, workload=workload, options=values, **run_settings, **held)
     check_settings(config)
     instances(found, workload, values)  # a bad trace or size fails here, before anything is stored
     return config
@@ -235,6 +259,8 @@ def check_settings(config: RunConfig) -> None:
             raise UserError(f"{flag} must be positive, got {value}")
     if config.proposer not in ("evolve", "llm", "mix"):
         raise UserError(f"unknown proposer {config.proposer!r}; choose evolve, llm or mix")
+    if config.schedule not in SCHEDULES:
+        raise UserError(f"unknown schedule {config.schedule!r}; choose {' or '.join(SCHEDULES)}")
 
 
 def proposer_for(config: RunConfig, environ: Mapping[str, str]) -> Proposer:

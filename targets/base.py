@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from verifiers.program import Program, Signature
 from verifiers.properties import Domain, Property
@@ -352,6 +352,16 @@ class Target(Protocol):
 
     def validation(self) -> Validation | None:
         """How `crucible validate` checks the simulator against the real engine; None where there is none."""
+        ...
+
+
+@runtime_checkable
+class Windowed(Protocol):
+    """A target whose workloads are requests in time order and whose `requests` option (START:STOP) windows
+    them: what lets a search hold out a workload's tail (search/holdout.py)."""
+
+    def requests(self, workload: str) -> int:
+        """How many requests the workload holds; WorkloadError on a bad workload."""
         ...
 
 

@@ -155,6 +155,10 @@ class BatchingTarget:
             Instance(workload, config, name, "eval"),
         ]
 
+    def requests(self, workload: str) -> int:
+        """How many requests the trace holds, in time order (what a holdout of its tail splits)."""
+        return load_workload(workload).n
+
     def files(self, instance: Instance) -> tuple[str, ...]:
         profile = str(instance.config.get("profile", DEFAULT_PROFILE))
         paths = [instance.workload] if Path(instance.workload).is_file() else []

@@ -1,0 +1,162 @@
+"""Holding out the tail of a workload: a run tunes and selects on the head, and is judged on the tail after.
+
+`--holdout 0.33` cuts the workload's requests in time order (inside the run's own `requests` window, if
+any): the run's options window the head, so the loop never sees the tail. After the search, the best
+candidate and every baseline are scored on the tail twice: with the constants tuned on the head, and after
+re-tuning them on the tail's own train share (instance specialization). The scores are evaluations of the
+run (roles "tail" and "tail-retuned"), so the read model reports them from the store alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import targets
+from sandbox.base import Sandbox
+from sandbox.job import Job, Limits, Result, Tuning
+from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
+
+from .errors import UserError
+from .store import BASELINE, Candidate, Evaluation, Store
+
+WINDOW_OPTION = "requests"
+"""The option (START:STOP over the workload's requests in time order) a windowed target declares."""
+TAIL = "tail"
+"""Evaluation role: the tail scored with the constants tuned on the head."""
+TAIL_RETUNED = "tail-retuned"
+"""Evaluation role: the tail scored after tuning the constants again on the tail's train share."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Where a workload was cut: `share` of its requests, the last in time, are the tail."""
+
+    share: float
+    head: str
+    """The run's window, START:STOP."""
+    tail: str
+    """The held-out window, START:STOP."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Split:
+        return cls(float(data["share"]), str(data["head"]), str(data["tail"]))
+
+
+def check_share(value: Any) -> float:
+    """A holdout share: a number strictly between 0 and 1 (text from a flag is parsed); one line if not."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--holdout must be a number between 0 and 1, got {value!r}") from None
+    if isinstance(value, bool) or not (math.isfinite(share) and 0.0 < share < 1.0):
+        raise UserError(f"--holdout must be between 0 and 1 (exclusive), got {value!r}")
+    return share
+
+
+def split(target: Target, workload: str, options: dict[str, Any], share: float) -> Split:
+    """Cut the workload (within the options' window) so the last `share` of its requests are the tail."""
+    if not isinstance(target, Windowed) or WINDOW_OPTION not in {o.name for o in target.options}:
+        raise UserError(f"target {target.name} cannot hold out a tail: its workloads have no request window")
+    try:
+        n = target.requests(workload)
+        window = options.get(WINDOW_OPTION)
+        lo, hi = request_window(window, n) if window else (0, n)
+    except (WorkloadError, OptionError) as exc:
+        raise UserError(str(exc)) from None
+    cut = hi - round((hi - lo) * share)
+    if not lo < cut < hi:
+        raise UserError(f"--holdout {share:g} of {hi - lo} requests leaves the head or the tail empty")
+    return Split(share, f"{lo}:{cut}", f"{cut}:{hi}")
+
+
+def tail_instances(target: Target, workload: str, options: dict[str, Any], cut: Split) -> list[Instance]:
+    """The target's instances on the tail window: its train share for re-tuning, its eval for scoring."""
+    try:
+        return target.instances(workload, {**options, WINDOW_OPTION: cut.tail})
+    except (WorkloadError, OptionError) as exc:
+        raise UserError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class _Subject:
+    """One policy the tail report scores: a candidate row of the run, or a built-in baseline by name."""
+
+    row: Candidate | None
+    builtin: str = ""
+
+
+def measure_tail(
+    store: Store,
+    run_id: str,
+    best_id: int | None,
+    sandbox: Sandbox,
+    executor: Executor,
+    trials: int,
+    seed: int,
+    limits: Limits,
+) -> int:
+    """Score the best candidate (`best_id`) and every baseline on the run's held-out tail and store it;
+    policies already scored are skipped, so a resumed run finishes the report. Returns how many ran."""
+    run = store.run(run_id)
+    assert run is not None
+    config = json.loads(run.config)
+    cut = Split.from_json(config["holdout"])
+    target = targets.load(run.target)
+    options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
+    tail = tail_instances(target, config["workload"], options, cut)
+    scoring = tuple(i for i in tail if i.role == "eval")
+    done = {(e.candidate_id, e.policy) for e in store.evaluations(run_id) if e.role in (TAIL, TAIL_RETUNED)}
+    rows = [r for r in store.candidates(run_id) if r.status == "evaluated"]
+    subjects = [_Subject(r) for r in rows if r.proposer == BASELINE or r.id == best_id]
+    builtins = {e.policy for e in store.evaluations(run_id) if e.policy and e.role == "eval"}
+    subjects += [_Subject(None, name) for name in target.builtin_baselines() if name in builtins]
+    subjects = [s for s in subjects if ((s.row.id if s.row else None), s.builtin) not in done]
+    jobs: list[tuple[_Subject, str, Job]] = []
+    for s in subjects:
+        if s.row is None:
+            jobs.append((s, TAIL, Job(target.name, "", scoring, builtin=s.builtin, limits=limits)))
+            continue
+        params = json.loads(s.row.params or "{}")
+        jobs.append((s, TAIL, Job(target.name, s.row.source, scoring, params=params, limits=limits)))
+        retune = Tuning(trials=trials, seed=(seed * 100_003 + s.row.seq) % 2**32)  # baselines' seqs are < 0
+        jobs.append(
+            (s, TAIL_RETUNED, Job(target.name, s.row.source, tuple(tail), tuning=retune, limits=limits))
+        )
+    results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
+    for (s, role, _), result in zip(jobs, results, strict=True):
+        name = s.builtin if s.row is None else s.row.name or f"#{s.row.id}"
+        if result.status != "ok":
+            store.log(
+                run_id, "holdout-failed", f"{name} on the tail ({role}): {result.status}: {result.message}"
+            )
+            continue
+        store.add_evaluations(_evaluations(run_id, s, role, result))
+    if jobs:
+        store.log(run_id, "holdout", f"tail {cut.tail} scored: {len(subjects)} policies, head {cut.head}")
+    return len(subjects)
+
+
+def _evaluations(run_id: str, subject: _Subject, role: str, result: Result) -> list[Evaluation]:
+    """The tail's eval instances of a result, stored under `role` (a re-tuning's train share is not kept)."""
+    return [
+        Evaluation(
+            run_id=run_id,
+            candidate_id=subject.row.id if subject.row else None,
+            policy=subject.builtin,
+            instance=i.label,
+            role=role,
+            params=json.dumps(result.params, sort_keys=True),
+            metrics=json.dumps(i.metrics, sort_keys=True),
+            seconds=i.seconds,
+            backend=result.backend,
+        )
+        for i in result.instances
+        if i.role == "eval"
+    ]

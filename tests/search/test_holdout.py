@@ -1,0 +1,111 @@
+"""`--holdout`: a search tunes and selects on the head of its workload and is judged on the held-out tail,
+with the constants as tuned on the head and re-tuned on the tail; the scores come back from the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from in_process import InProcess
+
+import targets
+from sandbox.job import Job, Result
+from search.cli import main
+from search.errors import UserError
+from search.proposers.evolve import EvolveProposer
+from search.readmodel import ReadModel
+from search.service import RunService, prepare
+from search.store import Store, open_engine
+from verifiers.static import check
+
+BATCHING = {"requests": "0:120"}
+"""A small window of the shipped trace, so a whole search runs in seconds."""
+
+
+@dataclass
+class Recording:
+    """The in-process sandbox, noting the request window of every instance each job asked for."""
+
+    windows: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+
+    def run(self, job: Job) -> Result:
+        for instance in job.instances:
+            start, stop = instance.config["requests"]
+            self.windows.append((instance.role, (int(start), int(stop))))
+        return InProcess().run(job)
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunService, str, Recording]:
+    """One small batching search holding out the last third of its 120 requests."""
+    runs = RunService(Store(open_engine(f"sqlite:///{tmp_path_factory.mktemp('holdout') / 'runs'}.db")))
+    config = prepare("batching", None, BATCHING, budget=2, trials=2, workers=1, holdout="0.33")
+    info = runs.record(config)
+    sandbox = Recording()
+    runs.execute(info.run_id, sandbox, EvolveProposer())
+    return runs, info.run_id, sandbox
+
+
+def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
+    held_out: tuple[RunService, str, Recording],
+) -> None:
+    runs, run_id, sandbox = held_out
+    config = runs.read.run(run_id).config
+    assert config["holdout"] == {"share": 0.33, "head": "0:80", "tail": "80:120"}
+    assert config["options"]["requests"] == "0:80"
+    first_tail = next(i for i, (_, (start, _)) in enumerate(sandbox.windows) if start >= 80)
+    search_jobs, tail_jobs = sandbox.windows[:first_tail], sandbox.windows[first_tail:]
+    assert search_jobs and all(stop <= 80 for _, (_, stop) in search_jobs)  # selection saw the head only
+    assert all(start >= 80 and stop <= 120 for _, (start, stop) in tail_jobs)  # and the tail came after
+    assert ("eval", (80, 120)) in tail_jobs
+    assert {"train", "eval"} <= {role for role, _ in tail_jobs}  # re-tuning tunes on the tail's train share
+
+    report = ReadModel(runs.store).report(run_id)  # a fresh reader: from the store alone
+    assert report.holdout is not None
+    rows = {row.name: row for row in report.holdout.rows}
+    target = targets.load("batching")
+    assert set(rows) == {
+        f"found #{report.best.candidate_id}",
+        *target.baselines(),
+        *target.builtin_baselines(),
+    }  # type: ignore[union-attr]
+    for row in rows.values():
+        assert row.head is not None and row.tail is not None
+        assert (row.tail_retuned is None) == (row.kind == "builtin")  # a built-in has no constants
+    found = rows[f"found #{report.best.candidate_id}"]  # type: ignore[union-attr]
+    assert found.head == report.best.score  # type: ignore[union-attr]
+
+    # The tail figure is the policy's own score on requests 80:120, as evaluating it there directly gives.
+    fcfs = check(target.baselines()["fcfs"], target.signatures)
+    tail = [i for i in target.instances(config["workload"], {"requests": "80:120"}) if i.role == "eval"]
+    assert rows["fcfs"].tail == target.evaluate(fcfs, tail[0], fcfs.defaults())["slo_attainment"]
+    assert report.to_json()["holdout"]["tail"] == "80:120"
+
+
+def test_a_resumed_finished_run_scores_only_the_policies_the_tail_report_lacks(
+    held_out: tuple[RunService, str, Recording],
+) -> None:
+    runs, run_id, _ = held_out
+    again = Recording()
+    runs.execute(run_id, again, EvolveProposer())
+    assert again.windows == []
+    assert len(ReadModel(runs.store).report(run_id).holdout.rows) == 6  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-0.2", "1.5", "abc", "nan"])
+def test_a_bad_holdout_is_one_line_and_stores_nothing(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["search", "--target", "batching", "--holdout", value, "--db", f"sqlite:///{db}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2
+    assert len(err) == 1 and err[0].startswith("crucible: error: --holdout must be")
+    assert not db.exists()
+
+
+def test_a_holdout_that_leaves_no_head_or_tail_is_refused() -> None:
+    with pytest.raises(UserError, match="leaves the head or the tail empty"):
+        prepare("batching", None, {"requests": "0:2"}, holdout=0.1)
