@@ -1,8 +1,9 @@
 """One search run: propose, screen, evaluate in the sandbox, record, repeat until the budget is spent.
 
-Candidates are proposed in batches of `workers` from the database as it stood before the batch, and
-their results are added in order, so a run is reproducible from its seed whatever the timing, and a
-resumed run re-runs the pending candidates of the batch it was killed in before proposing new ones.
+`workers` jobs are kept in flight and a freed slot takes the next candidate at once (the steady state of
+search/schedule.py). Candidate `seq` draws its randomness from the run's seed and `seq`, and is proposed
+from the results of exactly the candidates its schedule names, so the run is the same whatever order the
+jobs finish in, and a resumed run re-runs the pending candidates before proposing new ones.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import targets
@@ -31,6 +33,7 @@ from .database import ProgramDatabase
 from .fingerprint import fingerprint
 from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
 from .readmodel import mean_metrics
+from .schedule import Schedule, schedule_for
 from .store import BASELINE, Candidate, Evaluation, Run, Store, Verification
 
 
@@ -62,8 +65,10 @@ class RunConfig:
     """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
     seeds: dict[str, str] = field(default_factory=dict)
     """More heuristics (name -> source) run like the baselines and seeding the islands (a CI champion)."""
+    schedule: str = "steady"
+    """steady (a freed slot takes the next candidate) | batch (the older loop; the benchmark's baseline)."""
     holdout: dict[str, Any] = field(default_factory=dict)
-    """The time split of `--holdout` (search/holdout.py's Split: share, head and tail windows); {} for none."""
+    """The time split of `--holdout` (search/holdout.py's Split: share, head, tail windows); {} for none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +144,13 @@ class Search:
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
         self.verifier = Verifier()
+        self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
+        self.history: list[Candidate] = []
+        """The run's candidates by seq (baselines aside), each updated as its job finishes."""
+        self.admitted = 0
+        """How many of `history` the program database holds."""
+        self.best: float | None = None
+        self.done = 0
 
     @property
     def limits(self) -> Limits:
@@ -162,44 +174,90 @@ class Search:
             self.store.log(self.run.id, "failed", str(exc))
             raise
         rows = list(self.store.candidates(self.run.id))
-        done = 0
-        for row in rows:  # rebuild the database exactly as it grew, migrations included
-            self._admit(row)
-            if row.proposer != BASELINE and row.status != "pending":
-                done += 1
-                if done % self.config.migrate_every == 0:
-                    self.database.migrate()
-        self.reporter.started(self.run.id, done, self.config.budget)
-        pending = [row for row in rows if row.status == "pending" and row.proposer != BASELINE]
-        seq = max((row.seq for row in rows), default=-1) + 1
-        while pending or done < self.config.budget:
-            if self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
-                self.store.set_run_status(self.run.id, "stopped", "time budget spent")
-                self.store.log(self.run.id, "stopped", "time budget spent")
-                return
-            if not pending and (reason := self._cap_reached()):
-                self.store.set_run_status(self.run.id, "stopped", reason)
-                self.store.log(self.run.id, "stopped", reason)
-                return
-            batch = pending or self._propose_batch(seq, min(self.config.workers, self.config.budget - done))
-            pending = []
-            if not batch and self._cap_reached():
-                continue
-            if not batch:
-                self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
-                break
-            seq = max(seq, max(row.seq for row in batch) + 1)
-            jobs = [row for row in batch if row.status == "pending"]
-            results = list(pool.map(self.sandbox.run, [self._job(row) for row in jobs]))
-            for row, result in zip(jobs, results, strict=True):
-                self._record(row, result)
-            for row in batch:
+        for row in rows:
+            self._note_best(row)
+            if row.proposer == BASELINE:
                 self._admit(row)
-                done += 1
-                self.reporter.candidate(done, self.config.budget, self._best_score(), row.status)
-                if done % self.config.migrate_every == 0:
-                    self.database.migrate()
-        self.store.set_run_status(self.run.id, "finished")
+        self.history = [row for row in rows if row.proposer != BASELINE]
+        self.done = sum(row.status != "pending" for row in self.history)
+        self.reporter.started(self.run.id, self.done, self.config.budget)
+        running = {self._submit(pool, row): row for row in self.history if row.status == "pending"}
+        seq = max((row.seq for row in rows), default=-1) + 1
+        stop, exhausted = "", False
+        while True:
+            if not stop and self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
+                stop = "time budget spent"
+            free = min(self.schedule.workers - len(running), self.config.budget - len(self.history))
+            seqs = [] if stop or exhausted else list(takewhile(self._ready, range(seq, seq + max(free, 0))))
+            if seqs and (stop := self._cap_reached()):
+                seqs = []
+            if seqs:
+                proposed = self._propose_group(seqs)
+                seq += len(seqs)
+                if not proposed:
+                    stop = self._cap_reached()
+                    exhausted = not stop
+                for row in proposed:
+                    self.history.append(row)
+                    if row.status == "pending":
+                        running[self._submit(pool, row)] = row
+                    else:
+                        self._finished(row)
+            if not running:
+                break
+            timeout = None if stop else self._time_left(started)
+            finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: running[f].seq):
+                row = running.pop(future)
+                self._record(row, _outcome(future))
+                self._finished(row)
+        if exhausted:
+            self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
+        if stop:
+            self.store.set_run_status(self.run.id, "stopped", stop)
+            self.store.log(self.run.id, "stopped", stop)
+        else:
+            self.store.set_run_status(self.run.id, "finished")
+
+    def _finished(self, row: Candidate) -> None:
+        self.done += 1
+        self._note_best(row)
+        self.reporter.candidate(self.done, self.config.budget, self.best, row.status)
+
+    def _note_best(self, row: Candidate) -> None:
+        """The best score recorded so far (baselines included), for the progress line."""
+        if row.status != "evaluated" or row.score is None:
+            return
+        if self.best is None or (row.score > self.best) == self.maximize:
+            self.best = row.score
+
+    def _time_left(self, started: float) -> float | None:
+        """How long to wait for a job before the time budget is looked at again."""
+        if not self.config.time_budget_s:
+            return None
+        return max(0.0, self.config.time_budget_s - (self.clock() - started)) + 0.01
+
+    def _submit(self, pool: Executor, row: Candidate) -> Future[Result]:
+        return pool.submit(self.sandbox.run, self._job(row))
+
+    def _ready(self, seq: int) -> bool:
+        """Whether every candidate that candidate `seq` is proposed from has finished."""
+        end = self.schedule.view_end(seq)
+        return all(row.status != "pending" for row in self.history if row.seq < end)
+
+    def _view(self, seq: int) -> list[Candidate]:
+        """The finished candidates that candidate `seq` is proposed (and gated) from, by seq."""
+        end = self.schedule.view_end(seq)
+        return [row for row in self.history if row.seq < end]
+
+    def _advance(self, seq: int) -> None:
+        """Admit to the program database, in seq order, every candidate of `seq`'s view not yet in it;
+        islands migrate every `migrate_every` candidates, as the run grew."""
+        for row in self._view(seq)[self.admitted :]:
+            self._admit(row)
+            self.admitted += 1
+            if self.admitted % self.config.migrate_every == 0:
+                self.database.migrate()
 
     def _ensure_baselines(self, pool: Executor) -> None:
         """Evaluate every baseline once per run; they seed the islands and anchor the report."""
@@ -239,26 +297,38 @@ class Search:
         for name, result in zip(builtins, results[len(rows) :], strict=True):
             self.store.add_evaluations(self._evaluations(None, result, policy=name))
 
-    def _propose_batch(self, seq: int, size: int) -> list[Candidate]:
-        """Up to `size` new candidates; a proposer with concurrency > 1 writes several at the same time.
+    def _propose_group(self, seqs: list[int]) -> list[Candidate]:
+        """New candidates for `seqs`; a proposer with concurrency > 1 writes several at the same time.
 
-        These threads only wait on a proposer's calls (an LLM endpoint); sandbox jobs go to the executor.
+        Each draws its island, parent and inspirations from its own view, in seq order, before any is
+        written. These threads only wait on a proposer's calls (an LLM endpoint); jobs go to the executor.
         """
         taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
         lock = threading.Lock()
-        seqs = range(seq, seq + size)
-        width = min(self.proposer.concurrency, size)
+        draws = []
+        for seq in seqs:
+            self._advance(seq)
+            rng = random.Random(f"{self.config.seed}:{seq}")
+            draws.append((seq, rng, self.database.sample(rng), self._recent_failures(seq)))
+        width = min(self.proposer.concurrency, len(draws))
         if width <= 1:
-            rows = [self._propose(s, taken, lock) for s in seqs]
+            rows = [self._propose(*draw, taken, lock) for draw in draws]
         else:
-            with ThreadPoolExecutor(max_workers=width) as pool:
-                rows = list(pool.map(lambda s: self._propose(s, taken, lock), seqs))
+            with ThreadPoolExecutor(max_workers=width) as threads:
+                rows = list(threads.map(lambda draw: self._propose(*draw, taken, lock), draws))
         return [row for row in rows if row is not None]
 
-    def _propose(self, seq: int, taken: set[str], lock: threading.Lock) -> Candidate | None:
+    def _propose(
+        self,
+        seq: int,
+        rng: random.Random,
+        drawn: tuple[int, Entry, tuple[Entry, ...]],
+        failures: tuple[str, ...],
+        taken: set[str],
+        lock: threading.Lock,
+    ) -> Candidate | None:
         """Propose until a new (unseen) program comes out, and record it before anything runs."""
-        rng = random.Random(f"{self.config.seed}:{seq}")
-        island, parent, inspirations = self.database.sample(rng)
+        island, parent, inspirations = drawn
         for attempt in range(20):
             if self._cap_reached():
                 return None
@@ -266,7 +336,7 @@ class Search:
                 target=brief(self.target),
                 parent=parent,
                 inspirations=inspirations,
-                failures=self._recent_failures(),
+                failures=failures,
                 seed=rng.randrange(2**31) + attempt,
             )
             try:
@@ -343,20 +413,24 @@ class Search:
         tuning = None
         if tune:
             tuning = Tuning(
-                trials=self.config.trials, seed=self.config.seed * 100_003 + row.seq, gate=self._gate()
+                trials=self.config.trials,
+                seed=self.config.seed * 100_003 + row.seq,
+                gate=self._gate(row.seq),
             )
         return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
 
-    def _gate(self) -> float | None:
-        """The cascade: a candidate reaches the full workload only if its train score makes the top k."""
+    def _gate(self, seq: int) -> float | None:
+        """The cascade: a candidate reaches the full workload only if its train score makes the top k of
+        its view."""
         scores = sorted(
-            (row.train_score for row in self._evaluated() if row.train_score is not None),
+            (
+                row.train_score
+                for row in self._view(seq)
+                if row.status == "evaluated" and row.train_score is not None
+            ),
             reverse=self.maximize,
         )
         return scores[self.config.gate_top_k - 1] if len(scores) >= self.config.gate_top_k else None
-
-    def _evaluated(self) -> list[Candidate]:
-        return [row for row in self.store.candidates(self.run.id) if row.status == "evaluated"]
 
     def _record(self, row: Candidate, result: Result) -> None:
         metric = self.target.objective.metric
@@ -400,17 +474,17 @@ class Search:
         entry = Entry(row.id, row.source, score, metrics=mean_metrics(evals), params=json.loads(row.params))
         self.database.add(entry, row.island)
 
-    def _best_score(self) -> float | None:
-        best = self.database.best()
-        if best is None:
-            return None
-        return best.score if self.maximize else -best.score
-
-    def _recent_failures(self) -> tuple[str, ...]:
-        failed = [
-            r for r in self.store.candidates(self.run.id) if r.status not in ("evaluated", "gated", "pending")
-        ]
+    def _recent_failures(self, seq: int) -> tuple[str, ...]:
+        failed = [r for r in self._view(seq) if r.status not in ("evaluated", "gated", "pending")]
         return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
+
+
+def _outcome(future: Future[Result]) -> Result:
+    """A job's result; a job the executor lost for good (its retries spent) counts as crashed."""
+    try:
+        return future.result()
+    except Exception as exc:
+        return Result(status="crashed", message=f"the executor lost the job: {type(exc).__name__}: {exc}")
 
 
 def _verification(run_id: str, outcome: Outcome) -> Verification:
