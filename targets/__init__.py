@@ -31,13 +31,24 @@ def _batching() -> Target:
     return BatchingTarget()
 
 
+def _batching_capacity() -> Target:
+    from .batching import BatchingCapacityTarget
+
+    return BatchingCapacityTarget()
+
+
 def _dit() -> Target:
     from .dit.target import DiTTarget
 
     return DiTTarget()
 
 
-_BUILT_IN: dict[str, Callable[[], Target]] = {"kv": _kv, "batching": _batching, "dit": _dit}
+_BUILT_IN: dict[str, Callable[[], Target]] = {
+    "kv": _kv,
+    "batching": _batching,
+    "dit": _dit,
+    "batching-capacity": _batching_capacity,
+}
 
 
 def _installed() -> dict[str, EntryPoint]:

@@ -1,5 +1,5 @@
 """LLM request scheduling: continuous batching under a KV memory budget."""
 
-from .target import BatchingTarget
+from .target import BatchingCapacityTarget, BatchingTarget
 
-__all__ = ["BatchingTarget"]
+__all__ = ["BatchingCapacityTarget", "BatchingTarget"]

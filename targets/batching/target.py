@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .capacity import GOAL, capacity
 from .compiled_scheduler import Pricing, serve_priced
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
 from .kernels import cost_model, engine_executor
@@ -122,12 +124,15 @@ class BatchingTarget:
     signatures = (PRIORITY,)
     objective = Objective("slo_attainment", "maximize")
     report_metrics = (
-        "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "throughput_tok_s",
-        "preemptions",
+        "slo_attainment", "capacity", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+        "throughput_tok_s", "preemptions",
     )  # fmt: skip
     integer_metrics = ("preemptions",)
     """Counts, shown as whole numbers."""
     options = OPTIONS
+    sweep_roles: tuple[str, ...] = ("eval",)
+    """Instances whose metrics include the capacity sweep (capacity.py): a sweep costs about ten replays,
+    so tuning trials on the train share skip it while capacity is not the objective."""
 
     def default_config(self) -> dict[str, Any]:
         return {"workload": str(shipped_workload_path()), **DEFAULTS}
@@ -201,11 +206,55 @@ class BatchingTarget:
         pricing = Pricing.of(model, limits.token_budget, limits.max_seqs)
         metrics = serving_metrics(simulate(instance, requests, limits, key, params, pricing), slo)
         engine = instance.config.get("engine")
+        if instance.role in self.sweep_roles and not engine:
+            metrics |= swept_capacity(instance, limits, key, params, pricing)
         if engine:
             executor = engine_executor(requests, limits, engine)
             measured = serving_metrics(run(instance, requests, limits, key, params, executor), slo)
             metrics |= {f"engine_{k}": v for k, v in measured.items()}
         return metrics
+
+
+class BatchingCapacityTarget(BatchingTarget):
+    """The batching target with serving capacity as its objective: PARAMS are tuned and candidates selected
+    on the largest load they sustain with 90 % of requests within both SLOs (`crucible search --target
+    batching-capacity`); everything else is the batching target's."""
+
+    name = "batching-capacity"
+    description = BatchingTarget.description.replace(
+        "Maximize the share of requests that meet both the time-to-first-token and the time-per-output-token "
+        "SLOs.",
+        "Maximize the serving capacity: the largest load (arrivals as many times as dense as the trace's) "
+        "at which at least 90% of requests meet both the time-to-first-token and the time-per-output-token "
+        "SLOs.",
+    )
+    objective = Objective("capacity", "maximize")
+    report_metrics = (
+        "capacity",
+        "capacity_rps",
+        *BatchingTarget.report_metrics[:1],
+        *BatchingTarget.report_metrics[2:],
+    )
+    sweep_roles = ("train", "eval")
+
+
+def swept_capacity(
+    instance: Instance, limits: Limits, key: Any, params: np.ndarray, pricing: Pricing
+) -> dict[str, float]:
+    """The policy's capacity as a load factor (capacity.py's sweep over the instance's `load`) and in
+    requests per second (that load times the window's arrival rate at load 1)."""
+    slo = slo_s(instance)
+
+    def attainment(load: float) -> float:
+        loaded = replace(instance, config={**instance.config, "load": load})
+        served = simulate(loaded, instance_requests(loaded), limits, key, params, pricing)
+        return serving_metrics(served, slo)["slo_attainment"]
+
+    found = capacity(attainment, float({**DEFAULTS, **instance.config}["load"]), GOAL)
+    plain = instance_requests(replace(instance, config={**instance.config, "load": 1.0}))
+    span = float(plain.arrival_s[-1] - plain.arrival_s[0])
+    rate = (plain.n - 1) / span if span > 0 else 0.0
+    return {"capacity": found, "capacity_rps": found * rate}
 
 
 def run(
@@ -292,4 +341,4 @@ def _srpt_key() -> Callable[..., float]:
     return to_numba(check(_SRPT_SOURCE, [_SRPT]), PRIORITY.name, ORACLE_COLUMNS)
 
 
-__all__ = ["METRICS", "BatchingTarget"]
+__all__ = ["METRICS", "BatchingCapacityTarget", "BatchingTarget"]
