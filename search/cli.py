@@ -440,6 +440,8 @@ def _print_result(report: RunReport, target: Target) -> None:
     lines: list[RenderableType | str] = [
         _table(f"run {report.run.run_id} ({report.run.status})", rows, target)
     ]
+    if report.best and report.best.score:
+        lines.append(_ratios(report, target))
     if report.holdout:
         lines.append(_holdout_table(report.holdout, target))
     if report.run.tokens or report.run.cost_usd:
@@ -447,6 +449,16 @@ def _print_result(report: RunReport, target: Target) -> None:
     if report.best:
         lines.append(f"best heuristic: crucible runs best {report.run.run_id} --output best.py")
     _print(*lines)
+
+
+def _ratios(report: RunReport, target: Target) -> str:
+    """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out)."""
+    assert report.best is not None and report.best.score is not None
+    metric, found = target.objective.metric, report.best.score
+    scores = sorted(((b.score, b.name) for b in report.baselines if b.score), reverse=True)
+    ratios = ", ".join(f"{name} {found / score:.3f}x" for score, name in scores)
+    found_name = f"found #{report.best.candidate_id}"
+    return f"{metric} ({target.objective.direction}) of {found_name} against each baseline: {ratios}"
 
 
 def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
