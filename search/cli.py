@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -28,6 +29,7 @@ from . import kernel_commands, sandbox_commands, target_commands, tune_command, 
 from .ci import command as ci_command
 from .errors import UserError
 from .evaluation import checked, evaluate_baselines, evaluate_file, plan, read_program, verify
+from .executors.cluster import HostSandbox, connect
 from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
@@ -129,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
         "--proposer", default="evolve", choices=("evolve", "llm", "mix"), help="who writes candidates"
     )
     s.add_argument("--resume", metavar="RUN", help="resume a stopped or killed run (its settings are stored)")
+    s.add_argument(
+        "--cluster",
+        metavar="tcp://HOST:PORT",
+        help="run the jobs on this Dask scheduler's workers, each in its own host's sandbox (--sandbox)",
+    )
     s.add_argument("--max-cost-usd", type=float, help="stop (resumably) once proposals cost this much")
     s.add_argument("--max-tokens", type=int, help="stop (resumably) once proposals used this many tokens")
     s.add_argument(
@@ -360,6 +367,15 @@ class _Progress(Reporter):
 
 
 def _search(args: argparse.Namespace) -> None:
+    executor = connect(args.cluster) if args.cluster else None  # unreachable: one line, nothing stored
+    try:
+        _search_on(args, executor)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _search_on(args: argparse.Namespace, executor: Executor | None) -> None:
     if args.resume:
         service = _service(args)
         info = service.resume(
@@ -391,11 +407,11 @@ def _search(args: argparse.Namespace) -> None:
         service = _service(args)
         info = service.record(config)
     proposer = proposer_for(RunConfig.from_json(info.config), os.environ)
-    sandbox = _sandbox(args)
+    sandbox = HostSandbox(args.sandbox) if executor is not None else _sandbox(args)
     reporter = _Progress(_err)
     resume = f"crucible search --resume {info.run_id} --db {args.db}"
     try:
-        report = service.execute(info.run_id, sandbox, proposer, reporter)
+        report = service.execute(info.run_id, sandbox, proposer, reporter, executor)
     except KeyboardInterrupt:
         reporter.stop()
         _fail(f"interrupted; resume with: {resume}", code=130)

@@ -1,0 +1,1 @@
+"""Executors the run service hands a search's sandbox jobs to: `concurrent.futures`-shaped, one per module."""
