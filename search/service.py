@@ -143,9 +143,10 @@ class RunService:
     def _score_tail(
         self, run_id: str, config: RunConfig, sandbox: Sandbox, pool: Executor, reporter: Reporter | None
     ) -> None:
-        """A finished run with a holdout: its best candidate and baselines scored on the held-out tail."""
+        """A run with a holdout that ended (its budget spent, or stopped by its time budget or a cap): its
+        best candidate and baselines scored on the held-out tail; a resumed run adds a newer best."""
         info = self.read.run(run_id)
-        if not config.holdout or info.status != "finished":
+        if not config.holdout or info.status not in ("finished", "stopped"):
             return
         if reporter:
             reporter.note(f"scoring the held-out tail {config.holdout['tail']}")
