@@ -480,9 +480,9 @@ def _ratios(report: RunReport, target: Target) -> str:
 def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
     """Each policy's objective on the head it was selected on, and on the held-out tail."""
     metric = target.objective.metric
-    table = Table(title=f"{metric}: head {holdout.head}, held-out tail {holdout.tail}")
+    table = Table(title=f"{metric}, held-out tail")
     table.add_column("policy")
-    for name in ("head", "tail", "tail re-tuned"):
+    for name in (f"head {holdout.head}", f"tail {holdout.tail}", "tail re-tuned"):
         table.add_column(name, justify="right")
     for row in holdout.rows:
         cells = (row.head, row.tail, row.tail_retuned)
