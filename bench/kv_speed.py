@@ -4,8 +4,9 @@ Run from the repository root: `python bench/kv_speed.py [--trace PATH] [--capaci
 Our side times the compiled replay kernel alone (trace loaded, flattened and compiled beforehand);
 libCacheSim's side times `process_trace` alone over a plain-text trace it reads from a temporary file.
 Prefix mode replays each key the way the target does (`key_policy`: the static heap for a key reading no
-time-varying feature, else every evictable leaf scored at each eviction) and, for comparison, the latter
-for every key; `--flat` adds the flat stream, where every cached block is a leaf (O(capacity) per miss).
+time-varying feature, else every evictable leaf scored at each eviction, with only the population
+statistics the key reads) and, for comparison, every leaf scored with every statistic for every key;
+`--flat` adds the flat stream, where every cached block is a leaf (O(capacity) per miss).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ import libcachesim as lcs
 import numpy as np
 
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import POLICY_KEY, compiled_replay, key_policy
+from targets.kv.prefix_cache import (
+    ALL_POPULATION,
+    POLICY_KEY,
+    compiled_replay,
+    key_policy,
+    key_reads,
+    population_reads,
+)
 from targets.kv.target import PRIORITY, KVTarget, flatten, load_workload
 from targets.kv.trace import Trace
 from verifiers.compiler import to_numba
@@ -67,12 +75,16 @@ def main() -> None:
         policies = {"LRU (baseline)": (KVTarget().baselines()["lru"], np.zeros(0))}
         policies["multi-feature"] = (MULTI_FEATURE, MULTI_FEATURE_PARAMS)
         for name, (source, params) in policies.items():
-            key, policy = _compile(source), key_policy(check(source, [PRIORITY]), PRIORITY.name)
-            modes = [("prefix", trace, policy)]
-            modes += [("prefix*", trace, POLICY_KEY)] if policy != POLICY_KEY else []
-            modes += [("flat", flat, policy)] if args.flat else []
-            for mode, stream, replay_policy in modes:
-                runs[(name, mode)] = _replayer(key, params, args.capacity, stream, replay_policy)
+            program = check(source, [PRIORITY])
+            key, policy = _compile(source), key_policy(program, PRIORITY.name)
+            population = population_reads(key_reads(program, PRIORITY.name))
+            modes = [("prefix", trace, policy, population)]
+            modes += [("prefix*", trace, POLICY_KEY, ALL_POPULATION)] if policy != POLICY_KEY else []
+            modes += [("flat", flat, policy, population)] if args.flat else []
+            for mode, stream, replay_policy, replay_population in modes:
+                runs[(name, mode)] = _replayer(
+                    key, params, args.capacity, stream, replay_policy, replay_population
+                )
         hits = {row: run() for row, run in runs.items()}  # warm-up: compiles, fills the page cache
         times: dict[tuple[str, str], list[float]] = {row: [] for row in runs}
         for _ in range(args.repeats):
@@ -124,13 +136,15 @@ def _compile(source: str) -> Any:
     return to_numba(check(source, [PRIORITY]), PRIORITY.name, BLOCK_FEATURES.columns())
 
 
-def _replayer(key: Any, params: np.ndarray, capacity: int, trace: Trace, policy: int) -> Callable[[], float]:
+def _replayer(
+    key: Any, params: np.ndarray, capacity: int, trace: Trace, policy: int, population: int
+) -> Callable[[], float]:
     """A closure replaying the whole trace; returns the block hit ratio."""
     kernel = compiled_replay()
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
 
     def run() -> float:
-        counters, _, _, _ = kernel(key, params, policy, capacity, *arrays, False)
+        counters, _, _, _ = kernel(key, params, policy, population, capacity, *arrays, False)
         return counters[2] / counters[1]
 
     return run

@@ -27,7 +27,7 @@ from targets.batching.target import BatchingTarget, instance_requests, shipped_w
 from targets.batching.target import _compiled as batching_key
 from targets.batching.trace import Requests
 from targets.kv.generators import multi_turn_chat
-from targets.kv.prefix_cache import POLICY_KEY, compiled_replay, key_policy
+from targets.kv.prefix_cache import POLICY_KEY, POP_HITS, compiled_replay, key_policy
 from targets.kv.target import PRIORITY, KVTarget
 from targets.kv.target import _compiled as kv_key
 from targets.kv.trace import Trace
@@ -63,28 +63,28 @@ def kv(sizes: list[int]) -> None:
     per_session = multi_turn_chat(0, n_sessions=200).n_accesses / 200
     lru_source = KVTarget().baselines()["lru"]
     keys = {
-        "LRU": (kv_key(lru_source), np.zeros(0), key_policy(check(lru_source, [PRIORITY]), PRIORITY.name)),
-        "multi-feature": (kv_key(MULTI_FEATURE), MULTI_FEATURE_PARAMS, POLICY_KEY),
+        "LRU": (kv_key(lru_source), np.zeros(0), key_policy(check(lru_source, [PRIORITY]), PRIORITY.name), 0),
+        "multi-feature": (kv_key(MULTI_FEATURE), MULTI_FEATURE_PARAMS, POLICY_KEY, POP_HITS),
     }
     print(f"\nkv: multi-turn chat (seed 0), {KV_CAPACITY}-block cache")
     print(f"{'accesses':>10} {'requests':>9} {'policy':<14} {'seconds':>8} {'us/access':>10} {'hits':>7}")
     warm = multi_turn_chat(0, n_sessions=20)
-    for key, params, policy in keys.values():
-        _replay(warm, key, params, policy)
+    for key, params, policy, population in keys.values():
+        _replay(warm, key, params, policy, population)
     for size in sizes:
         trace = multi_turn_chat(0, n_sessions=max(1, round(size / per_session)))
-        for name, (key, params, policy) in keys.items():
+        for name, (key, params, policy, population) in keys.items():
             start = time.perf_counter()
-            hit = _replay(trace, key, params, policy)
+            hit = _replay(trace, key, params, policy, population)
             seconds = time.perf_counter() - start
             us = seconds / trace.n_accesses * 1e6
             sized = f"{trace.n_accesses:>10} {trace.n_requests:>9}"
             print(f"{sized} {name:<14} {seconds:>8.3f} {us:>10.3f} {hit:>7.4f}")
 
 
-def _replay(trace: Trace, key: object, params: np.ndarray, policy: int) -> float:
+def _replay(trace: Trace, key: object, params: np.ndarray, policy: int, population: int) -> float:
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    counters, _, _, _ = compiled_replay()(key, params, policy, KV_CAPACITY, *arrays, False)
+    counters, _, _, _ = compiled_replay()(key, params, policy, population, KV_CAPACITY, *arrays, False)
     return counters[2] / counters[1]
 
 

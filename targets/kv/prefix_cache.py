@@ -37,6 +37,9 @@ from verifiers.program import Program
 from .features import N_COLUMNS
 
 POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO, POLICY_STATIC_KEY = 0, 1, 2, 3
+POP_HITS, POP_AGE = 1, 2
+ALL_POPULATION = POP_HITS | POP_AGE
+"""Bits of the replay's `population` argument: the population statistics of hits and of age to compute."""
 
 TIME_VARYING = frozenset(
     {"now", "age", "lifetime", "reuse_mean", "last_interval", "since_evicted"}
@@ -73,16 +76,27 @@ _S3_GHOST_SHARE = 0.9
 _S3_MOVE_TO_MAIN = 2
 
 
-def key_policy(program: Program, name: str) -> int:
-    """The replay policy for a program's key: the same evictions either way, the cheapest that is exact."""
+def key_reads(program: Program, name: str) -> frozenset[str]:
+    """The features a key reads (attributes of its state argument): what the replay must compute for it."""
     fn = program.functions[name]
     state = fn.args.args[0].arg
-    read = {
+    return frozenset(
         node.attr
         for node in ast.walk(fn)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == state
-    }
-    return POLICY_KEY if read & TIME_VARYING else POLICY_STATIC_KEY
+    )
+
+
+def key_policy(program: Program, name: str) -> int:
+    """The replay policy for a program's key: the same evictions either way, the cheapest that is exact."""
+    return POLICY_KEY if key_reads(program, name) & TIME_VARYING else POLICY_STATIC_KEY
+
+
+def population_reads(features: frozenset[str]) -> int:
+    """Which population statistics POLICY_KEY computes at each eviction (POP_HITS | POP_AGE): only those
+    read, since each is a selection over every evictable leaf and an unread one changes no score."""
+    hits = POP_HITS if features & {"pop_hits_p50", "pop_hits_p90"} else 0
+    return hits | (POP_AGE if features & {"pop_age_p50", "pop_age_p90"} else 0)
 
 
 @njit(cache=True)
@@ -226,7 +240,9 @@ def _q_remove(b, qid, nxt, prv, head, tail, size):
     size[q] -= 1
 
 
-def _replay(f, params, policy, capacity, times, offsets, blocks, parent, depth, block_tokens, record):
+def _replay(
+    f, params, policy, population, capacity, times, offsets, blocks, parent, depth, block_tokens, record
+):
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size
@@ -373,17 +389,18 @@ def _replay(f, params, policy, capacity, times, offsets, blocks, parent, depth, 
             for li in range(n_leaves):
                 b = leaves[li]
                 if not pinned[b]:
-                    _fill_row(X, m, b, now, S, depth, block_tokens, prefix_tokens)
                     row_block[m] = b
-                    tmp_hits[m] = X[m, 5]
-                    tmp_age[m] = X[m, 3]
+                    tmp_hits[m] = S[b, _HITS]
+                    tmp_age[m] = now - S[b, _LAST]
                     m += 1
-            h50, h90 = _percentiles(tmp_hits, m)
-            a50, a90 = _percentiles(tmp_age, m)
-            for j in range(m):
+            h50, h90 = _percentiles(tmp_hits, m) if population & POP_HITS else (0.0, 0.0)
+            a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
+            for j in range(m):  # each row filled and scored in one pass, while it is in cache
+                b = row_block[j]
+                _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens)
                 X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
                 s = f(X, j, params)
-                hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[row_block[j], _SEQ], j
+                hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[b, _SEQ], j
             hn = m
             _heapify(hs, hq, hr, hn)
             while need > 0 and hn > 0:
@@ -563,7 +580,18 @@ def _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves):
 _I64 = types.int64[::1]
 _F64 = types.float64[::1]
 _SIGNATURE = types.Tuple((_I64, _I64, _I64, _I64))(
-    FUNCTION_TYPE, _F64, types.int64, types.int64, _F64, _I64, _I64, _I64, _I64, _I64, types.boolean
+    FUNCTION_TYPE,
+    _F64,
+    types.int64,
+    types.int64,
+    types.int64,
+    _F64,
+    _I64,
+    _I64,
+    _I64,
+    _I64,
+    _I64,
+    types.boolean,
 )
 
 

@@ -32,12 +32,15 @@ from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
 from .prefix_cache import (
+    ALL_POPULATION,
     COUNTERS,
     POLICY_S3FIFO,
     POLICY_SIEVE,
     POLICY_STATIC_KEY,
     compiled_replay,
     key_policy,
+    key_reads,
+    population_reads,
 )
 from .properties import PROPERTIES
 from .trace import Trace, load_mooncake, whole_blocks
@@ -162,7 +165,8 @@ class KVTarget:
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         key = _compiled(program.source)
         values = np.array([float(params[name]) for name in program.param_names()], dtype=np.float64)
-        return self._metrics(instance, key, values, key_policy(program, PRIORITY.name))
+        population = population_reads(key_reads(program, PRIORITY.name))
+        return self._metrics(instance, key, values, key_policy(program, PRIORITY.name), population)
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         if name == "belady":
@@ -171,11 +175,13 @@ class KVTarget:
             return self._metrics(instance, _belady_key(), np.zeros(0), _QUEUE_POLICIES[name])
         raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
 
-    def _metrics(self, instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, float]:
+    def _metrics(
+        self, instance: Instance, key: Any, params: np.ndarray, policy: int, population: int = ALL_POPULATION
+    ) -> dict[str, float]:
         trace, capacity = instance_trace(instance), int(instance.config["capacity"])
         engine = instance.config.get("engine")
         counters, hits, evicted_req, evicted_block = replay_trace(
-            trace, capacity, key, params, policy, record=bool(engine)
+            trace, capacity, key, params, policy, record=bool(engine), population=population
         )
         metrics = rates(dict(zip(COUNTERS, (int(c) for c in counters), strict=True)))
         lru, belady = _reference_rates(instance)
@@ -198,11 +204,20 @@ def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dic
 
 
 def replay_trace(
-    trace: Trace, capacity: int, key: Any, params: np.ndarray, policy: int, record: bool = False
+    trace: Trace,
+    capacity: int,
+    key: Any,
+    params: np.ndarray,
+    policy: int,
+    record: bool = False,
+    population: int = ALL_POPULATION,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The compiled mechanism over a trace: counters, hits per request, and with `record` every eviction."""
+    """The compiled mechanism over a trace: counters, hits per request, and with `record` every eviction.
+
+    `population` (POP_HITS, POP_AGE bits) names the population statistics the key reads; others stay 0.
+    """
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    return compiled_replay()(key, params, policy, capacity, *arrays, record)
+    return compiled_replay()(key, params, policy, population, capacity, *arrays, record)
 
 
 def rates(counts: Mapping[str, int]) -> dict[str, float]:

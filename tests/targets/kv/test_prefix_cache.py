@@ -9,15 +9,27 @@ from hypothesis import strategies as st
 
 from targets.kv.features import BLOCK_FEATURES
 from targets.kv.prefix_cache import (
+    ALL_POPULATION,
     COUNTERS,
     POLICY_KEY,
     POLICY_S3FIFO,
     POLICY_SIEVE,
     POLICY_STATIC_KEY,
+    POP_AGE,
+    POP_HITS,
     TIME_VARYING,
     key_policy,
+    key_reads,
+    population_reads,
 )
-from targets.kv.target import PRIORITY, KVTarget, _belady_key, load_workload, replay_trace
+from targets.kv.target import (
+    PRIORITY,
+    KVTarget,
+    _belady_key,
+    load_workload,
+    replay_trace,
+    shipped_workload_path,
+)
 from targets.kv.trace import Trace, build_trace
 from verifiers.compiler import to_numba
 from verifiers.static import check
@@ -212,3 +224,87 @@ def test_the_static_heap_evicts_what_scoring_at_eviction_evicts_on_random_trees(
     static = replay_trace(trace, capacity, _STATIC_KEY, params, POLICY_STATIC_KEY, record=True)
     assert all(np.array_equal(a, b) for a, b in zip(exact, static, strict=True))
     _check_rules(trace, capacity, *static)
+
+
+_POPULATION_MIX = '''"""Recency against both populations: a key that reads every population statistic."""
+PARAMS = {"a": (-5.0, 5.0), "c": (-5.0, 5.0)}
+
+
+def priority(b, p):
+    hits = (b.hits - b.pop_hits_p50) / (1.0 + b.pop_hits_p90)
+    return p.a * hits + p.c * b.reuse_mean / (1.0 + b.pop_age_p90) - b.age / (1.0 + b.pop_age_p50)
+'''
+_POPULATION_KEYS = {
+    "hits_p50": "def priority(b, p):\n    return b.hits - b.age / (100.0 + b.pop_hits_p50)\n",
+    "hits_p90": "def priority(b, p):\n"
+    "    return log1p(b.accesses) - b.age / 100.0 + b.hits / (1.0 + b.pop_hits_p90)\n",
+    "age_p50": "def priority(b, p):\n    return b.depth - b.age / (1.0 + b.pop_age_p50)\n",
+    "age_p90": "def priority(b, p):\n    return b.depth - b.lifetime / (1.0 + b.pop_age_p90)\n",
+    "none": "def priority(b, p):\n    return b.hits - b.age / 100.0\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("features", "population"),
+    [
+        ({"age"}, 0),
+        ({"pop_hits_p50"}, POP_HITS),
+        ({"pop_hits_p90", "hits"}, POP_HITS),
+        ({"pop_age_p50"}, POP_AGE),
+        ({"pop_age_p90", "pop_hits_p50"}, ALL_POPULATION),
+    ],
+)
+def test_only_the_population_statistics_a_key_reads_are_computed(features: set[str], population: int) -> None:
+    assert population_reads(frozenset(features)) == population
+
+
+@pytest.mark.parametrize("name", sorted(_POPULATION_KEYS))
+@pytest.mark.parametrize("workload", [str(shipped_workload_path()), "gen:chat:0", "gen:agentic:1"])
+def test_computing_only_the_statistics_a_key_reads_evicts_exactly_what_computing_all_does(
+    name: str, workload: str
+) -> None:
+    """The exact rule (every statistic over every evictable leaf) against what the target replays."""
+    program = check(_POPULATION_KEYS[name], [PRIORITY])
+    key = to_numba(program, "priority", BLOCK_FEATURES.columns())
+    trace = load_workload(workload)
+    population = population_reads(key_reads(program, "priority"))
+    exact = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=ALL_POPULATION)
+    lean = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=population)
+    assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(set(_POPULATION_KEYS) - {"none"}))
+def test_each_statistic_steers_the_key_that_reads_it(name: str) -> None:
+    """Left out, a statistic a key reads sends other blocks: the check above is not vacuous."""
+    program = check(_POPULATION_KEYS[name], [PRIORITY])
+    key = to_numba(program, "priority", BLOCK_FEATURES.columns())
+    trace = load_workload("gen:chat:0")
+    read = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=ALL_POPULATION)
+    blind = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=0)
+    assert not np.array_equal(read[3], blind[3])
+
+
+_POPULATION_KEY = to_numba(check(_POPULATION_MIX, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+_HITS_KEY = to_numba(check(_POPULATION_KEYS["hits_p90"], [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+_AGE_KEY = to_numba(check(_POPULATION_KEYS["age_p50"], [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trace=prefix_traces(),
+    capacity=st.integers(1, 30),
+    weights=st.lists(st.floats(-5, 5), min_size=3, max_size=3),
+)
+def test_keys_evict_alike_with_only_the_statistics_they_read_on_random_trees(
+    trace: Trace, capacity: int, weights: list[float]
+) -> None:
+    for key, params, population in [
+        (_KEY, np.array(weights), 0),
+        (_HITS_KEY, np.zeros(0), POP_HITS),
+        (_AGE_KEY, np.zeros(0), POP_AGE),
+        (_POPULATION_KEY, np.array(weights[:2]), ALL_POPULATION),
+    ]:
+        exact = replay_trace(trace, capacity, key, params, POLICY_KEY, record=True, population=ALL_POPULATION)
+        lean = replay_trace(trace, capacity, key, params, POLICY_KEY, record=True, population=population)
+        assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
+        _check_rules(trace, capacity, *lean)
