@@ -109,3 +109,17 @@ def test_a_bad_holdout_is_one_line_and_stores_nothing(
 def test_a_holdout_that_leaves_no_head_or_tail_is_refused() -> None:
     with pytest.raises(UserError, match="leaves the head or the tail empty"):
         prepare("batching", None, {"requests": "0:2"}, holdout=0.1)
+
+
+def test_a_run_stopped_by_its_time_budget_is_scored_on_the_tail_too(tmp_path: Path) -> None:
+    runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'timed'}.db")))
+    config = prepare(
+        "batching", None, BATCHING, budget=50, trials=2, workers=1, holdout=0.5, time_budget_s=0.01
+    )
+    info = runs.record(config)
+    report = runs.execute(info.run_id, InProcess(), EvolveProposer())
+    assert (report.run.status, report.run.message) == ("stopped", "time budget spent")
+    assert report.holdout is not None and report.holdout.tail == "60:120"
+    target = targets.load("batching")
+    scored = {row.name for row in report.holdout.rows if row.kind != "found"}
+    assert scored == {*target.baselines(), *target.builtin_baselines()}
