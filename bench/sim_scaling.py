@@ -1,7 +1,7 @@
 """How the simulators' cost grows: seconds per block access (kv) and per iteration (batching) at 10k, 100k
 and 1M, on traces that only get longer (the same generator, the same rates, the same machine).
 
-    .venv/bin/python bench/sim_scaling.py [--sizes 10000 100000 1000000]
+    .venv/bin/python bench/sim_scaling.py [--sizes 10000 100000 1000000] [--repeats 3]
 
 kv: the seeded multi-turn chat generator (targets/kv/generators.py) with as many sessions as the size needs,
 replayed with LRU (as the target replays it) and with a multi-feature key (every evictable leaf scored at
@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +37,7 @@ from targets.kv.target import _compiled as kv_key
 from targets.kv.trace import Trace
 from verifiers.static import check
 
+T = TypeVar("T")
 KV_CAPACITY = 2000
 MULTI_FEATURE = '''"""Frequency, recency, reuse interval, depth and hit population, as evolved ones mix."""
 PARAMS = {"w": (0.0, 10.0), "tau": (1.0, 1e4), "d": (0.0, 1.0)}
@@ -51,14 +56,15 @@ with it the cost of an iteration, stays bounded however long the trace."""
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3, help="replays per row; the median is printed")
     args = parser.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    kv(sorted(args.sizes))
-    batching(sorted(args.sizes))
+    print(f"load average before: {os.getloadavg()[0]:.2f}; median of {args.repeats} replays per row")
+    kv(sorted(args.sizes), args.repeats)
+    batching(sorted(args.sizes), args.repeats)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
-def kv(sizes: list[int]) -> None:
+def kv(sizes: list[int], repeats: int) -> None:
     """Seconds per block access of the kv replay, LRU and a multi-feature key, at each size."""
     per_session = multi_turn_chat(0, n_sessions=200).n_accesses / 200
     lru_source = KVTarget().baselines()["lru"]
@@ -67,28 +73,38 @@ def kv(sizes: list[int]) -> None:
         "multi-feature": (kv_key(MULTI_FEATURE), MULTI_FEATURE_PARAMS, POLICY_KEY, POP_HITS),
     }
     print(f"\nkv: multi-turn chat (seed 0), {KV_CAPACITY}-block cache")
-    print(f"{'accesses':>10} {'requests':>9} {'policy':<14} {'seconds':>8} {'us/access':>10} {'hits':>7}")
+    head = f"{'accesses':>10} {'requests':>9} {'policy':<14} {'seconds':>8} {'us/access':>10} {'hits':>7}"
+    print(f"{head} {'evictions/access':>17}")
     warm = multi_turn_chat(0, n_sessions=20)
     for key, params, policy, population in keys.values():
         _replay(warm, key, params, policy, population)
     for size in sizes:
         trace = multi_turn_chat(0, n_sessions=max(1, round(size / per_session)))
         for name, (key, params, policy, population) in keys.items():
-            start = time.perf_counter()
-            hit = _replay(trace, key, params, policy, population)
-            seconds = time.perf_counter() - start
+            seconds, counters = _timed(partial(_replay, trace, key, params, policy, population), repeats)
             us = seconds / trace.n_accesses * 1e6
             sized = f"{trace.n_accesses:>10} {trace.n_requests:>9}"
-            print(f"{sized} {name:<14} {seconds:>8.3f} {us:>10.3f} {hit:>7.4f}")
+            hit, evicted = counters[2] / counters[1], counters[5] / counters[1]
+            print(f"{sized} {name:<14} {seconds:>8.3f} {us:>10.3f} {hit:>7.4f} {evicted:>17.3f}")
 
 
-def _replay(trace: Trace, key: object, params: np.ndarray, policy: int, population: int) -> float:
+def _timed(run: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """The median wall time of `repeats` runs, and the last run's result."""
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def _replay(trace: Trace, key: object, params: np.ndarray, policy: int, population: int) -> np.ndarray:
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     counters, _, _, _ = compiled_replay()(key, params, policy, population, KV_CAPACITY, *arrays, False)
-    return counters[2] / counters[1]
+    return counters
 
 
-def batching(sizes: list[int]) -> None:
+def batching(sizes: list[int], repeats: int) -> None:
     """Seconds per iteration of the compiled batching simulator, FCFS, at each size in iterations."""
     target = BatchingTarget()
     head = instance_requests(Instance(str(shipped_workload_path()), target.default_config()))
@@ -103,9 +119,9 @@ def batching(sizes: list[int]) -> None:
     print(f"{'iterations':>10} {'requests':>9} {'seconds':>8} {'us/iteration':>13} {'unfinished':>11}")
     for size in sizes:
         requests = _drawn(head, max(1, round(size / per_request)), rate, 1)
-        start = time.perf_counter()
-        served = serve_priced(requests, limits, key, np.zeros(0), pricing, slo)
-        seconds = time.perf_counter() - start
+        seconds, served = _timed(
+            partial(serve_priced, requests, limits, key, np.zeros(0), pricing, slo), repeats
+        )
         us = seconds / served.iterations * 1e6
         print(f"{served.iterations:>10} {requests.n:>9} {seconds:>8.3f} {us:>13.3f} {served.unfinished:>11}")
 
