@@ -17,6 +17,7 @@ from search.proposers.evolve import EvolveProposer
 from search.readmodel import ReadModel
 from search.service import RunService, prepare
 from search.store import Store, open_engine
+from targets.base import Windowed
 from verifiers.static import check
 
 BATCHING = {"requests": "0:120"}
@@ -123,3 +124,24 @@ def test_a_run_stopped_by_its_time_budget_is_scored_on_the_tail_too(tmp_path: Pa
     target = targets.load("batching")
     scored = {row.name for row in report.holdout.rows if row.kind != "found"}
     assert scored == {*target.baselines(), *target.builtin_baselines()}
+
+
+@pytest.mark.skipif(
+    not isinstance(targets.load("kv"), Windowed),
+    reason="kv declares no request window yet (targets/kv/target.py)",
+)
+def test_a_kv_search_holds_out_its_tail_and_measures_the_gap_on_the_tail_itself(tmp_path: Path) -> None:
+    runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'kv'}.db")))
+    config = prepare("kv", "gen:chat:1", {"capacity": 300}, budget=1, trials=2, workers=1, holdout=0.25)
+    n = targets.load("kv").requests("gen:chat:1")  # type: ignore[attr-defined]
+    cut = n - round(n * 0.25)
+    assert config.holdout == {"share": 0.25, "head": f"0:{cut}", "tail": f"{cut}:{n}"}
+    info = runs.record(config)
+    runs.execute(info.run_id, InProcess(), EvolveProposer())
+    holdout = ReadModel(runs.store).holdout(info.run_id)
+    assert holdout is not None
+    rows = {row.name: row for row in holdout.rows}
+    # LRU and Belady bound the gap on the tail's own requests: 0 and 1 of it there, as on the head.
+    assert rows["lru"].tail_metrics["gap_closed"] == pytest.approx(0.0)
+    assert rows["belady"].tail_metrics["gap_closed"] == pytest.approx(1.0)
+    assert rows["lru"].tail != rows["lru"].head
