@@ -20,6 +20,7 @@ from targets.base import (
     Validation,
     WorkloadError,
     packaged_baselines,
+    request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 from targets.trace_files import parsed
@@ -88,6 +89,7 @@ OPTIONS = (
         low=0.01,
         high=1.0,
     ),
+    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
 )
 _CARRIED = ("profile", "block_tokens")
 """Options every job's instance carries (capacity aside): they change what a job measures."""
@@ -128,16 +130,23 @@ class KVTarget:
             raise WorkloadError(f"capacity must be a positive number of blocks, got {capacity!r}")
         train_share = float(config.get("train_share", 0.3))
         n = load_workload(workload).n_requests
-        cut = max(1, int(n * train_share))
+        window = config.get("requests")
+        lo, hi = request_window(window, n) if isinstance(window, str) else (0, n)
+        cut = lo + max(1, int((hi - lo) * train_share))
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
-        name = f"{Path(workload).name}@{capacity}"
+        name = f"{Path(workload).name}@{capacity}" + (f"[{lo}:{hi}]" if window else "")
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
+        scored = {**carried, "requests": [lo, hi]} if window else carried
         plain = [
-            Instance(workload, {**carried, "requests": [0, cut]}, f"{name}[:{cut}]", role="train"),
-            Instance(workload, carried, name, role="eval"),
+            Instance(workload, {**carried, "requests": [lo, cut]}, f"{name}[:{cut - lo}]", role="train"),
+            Instance(workload, scored, name, role="eval"),
         ]
         # LRU and Belady once here, not in every job: they turn a hit rate into the share of the gap closed.
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
+
+    def requests(self, workload: str) -> int:
+        """How many requests the workload holds, in time order (what a holdout of its tail splits)."""
+        return load_workload(workload).n_requests
 
     def files(self, instance: Instance) -> tuple[str, ...]:
         profile = _profile(instance)
