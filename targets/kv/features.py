@@ -48,6 +48,28 @@ BLOCK_FEATURES = FeatureRegistry(
         Feature("pop_hits_p90", "count", 0.0, _INF, "90th percentile of hits over the evictable blocks"),
         Feature("pop_age_p50", "s", 0.0, _INF, "median age over the evictable blocks right now"),
         Feature("pop_age_p90", "s", 0.0, _INF, "90th percentile of age over the evictable blocks"),
+        Feature(
+            "frontier",
+            "0/1",
+            0.0,
+            1.0,
+            "1 if the latest request that used the block ended at it (the end a next turn would extend)",
+            integer=True,
+        ),
+        Feature(
+            "parent_age",
+            "s",
+            0.0,
+            _INF,
+            "now - latest access of the block's parent (0 for a first block: every request passes the root)",
+        ),
+        Feature(
+            "parent_requests",
+            "count",
+            1.0,
+            _INF,
+            "requests that used the block's parent (for a first block, every request so far)",
+        ),
     ),
     relations=(
         "age == now - last_access",
@@ -60,6 +82,8 @@ BLOCK_FEATURES = FeatureRegistry(
         "prefix_tokens <= 512 * depth",
         "pop_hits_p50 <= pop_hits_p90",
         "pop_age_p50 <= pop_age_p90",
+        "parent_age <= age",
+        "accesses <= parent_requests",
     ),
 )
 """Relations hold for every block the simulator scores (exactly in reals; its subtractions round)."""

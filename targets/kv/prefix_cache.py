@@ -12,10 +12,11 @@ and the lowest scores are evicted first; a parent that becomes a leaf is scored 
 time features such as `age` are never stale. Ties go to the least recently accessed block.
 
 A key that reads no feature that changes while a block sits untouched (no time since something, no `now`,
-no population statistic) scores a block the same whenever it is scored, so scoring it again at every
-eviction is wasted: with POLICY_STATIC_KEY the cache keeps one heap across requests, a block pushed when it
-is touched or becomes a leaf, stale entries skipped when popped. It evicts exactly what POLICY_KEY evicts
-(tests/targets/kv check both on every baseline); `key_policy` picks it from the features a key reads.
+no population statistic, nothing of its parent's) scores a block the same whenever it is scored, so scoring
+it again at every eviction is wasted: with POLICY_STATIC_KEY the cache keeps one heap across requests, a
+block pushed when it is touched or becomes a leaf, stale entries skipped when popped. It evicts exactly
+what POLICY_KEY evicts (tests/targets/kv check both on every baseline); `key_policy` picks it from the
+features a key reads.
 
 S3-FIFO and SIEVE are queue mechanisms rather than keys; they are built in here and skip blocks that
 are not evictable (pinned or with cached children) as if those were recently used. On a flat stream they
@@ -44,9 +45,11 @@ ALL_POPULATION = POP_HITS | POP_AGE
 TIME_VARYING = frozenset(
     {"now", "age", "lifetime", "reuse_mean", "last_interval", "since_evicted"}
     | {"pop_hits_p50", "pop_hits_p90", "pop_age_p50", "pop_age_p90"}
+    | {"parent_age", "parent_requests"}
 )
 """Features that change while a block sits untouched (reuse_mean and last_interval do while it was used
-once); a key reading none of them scores a block alike until the block is touched again."""
+once; the parent's features when a sibling's request passes the parent); a key reading none of them scores
+a block alike until the block is touched again."""
 
 COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions", "uncached")
 """Names of the entries of the counters array that `replay` returns, in order."""
@@ -56,10 +59,21 @@ _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
 
 # Per-block state columns.
-(_LAST, _INSERTED, _FIRST, _PREV, _HITS, _ACCESSES, _EVICTIONS, _EVICTED_AT, _FANOUT, _NEXT_USE, _SEQ) = (
-    range(11)
-)
-_N_STATE = 11
+(
+    _LAST,
+    _INSERTED,
+    _FIRST,
+    _PREV,
+    _HITS,
+    _ACCESSES,
+    _EVICTIONS,
+    _EVICTED_AT,
+    _FANOUT,
+    _NEXT_USE,
+    _SEQ,
+    _FRONTIER,
+) = range(12)
+_N_STATE = 12
 
 # Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue (a ghost is not cached).
 _Q_NONE, _Q_SMALL, _Q_MAIN, _Q_GHOST = 0, 1, 2, 3
@@ -146,8 +160,9 @@ def _sift_down(hs, hq, hr, n, i):
 
 
 @njit(cache=True)
-def _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens):
-    """Write the registry features of block b at time `now` into row j (column order of BLOCK_FEATURES)."""
+def _fill_row(X, j, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
+    """Write the registry features of block b at time `now`, after `requests` requests, into row j (column
+    order of BLOCK_FEATURES; the population columns 15 to 18 are the caller's)."""
     accesses = S[b, _ACCESSES]
     X[j, 0] = now
     X[j, 1] = S[b, _LAST]
@@ -168,7 +183,11 @@ def _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens):
         X[j, 12] = now - S[b, _FIRST]
     X[j, 13] = S[b, _EVICTIONS]
     X[j, 14] = _NEVER_S if S[b, _EVICTED_AT] < 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
-    X[j, 19] = S[b, _NEXT_USE]
+    X[j, 19] = S[b, _FRONTIER]
+    p = parent[b]
+    X[j, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
+    X[j, 21] = S[p, _ACCESSES] if p >= 0 else requests
+    X[j, 22] = S[b, _NEXT_USE]
 
 
 @njit(cache=True)
@@ -339,6 +358,7 @@ def _replay(
             S[b, _LAST] = now
             S[b, _ACCESSES] += 1.0
             S[b, _SEQ] = seq
+            S[b, _FRONTIER] = 1.0 if i == n - 1 else 0.0
             S[b, _NEXT_USE] = next_pos[a0 + i]
             counters[1] += 1
             counters[3] += block_tokens[b]
@@ -397,7 +417,7 @@ def _replay(
             a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
             for j in range(m):  # each row filled and scored in one pass, while it is in cache
                 b = row_block[j]
-                _fill_row(X, j, b, now, S, depth, block_tokens, prefix_tokens)
+                _fill_row(X, j, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
                 X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
                 s = f(X, j, params)
                 hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[b, _SEQ], j
@@ -408,7 +428,7 @@ def _replay(
                 b = row_block[j]
                 n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
                 if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
-                    _fill_row(X, m, p, now, S, depth, block_tokens, prefix_tokens)
+                    _fill_row(X, m, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
                     X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
                     row_block[m] = p
                     s = f(X, m, params)
@@ -526,7 +546,8 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     X[0, 9] = prefix_tokens[b]
     X[0, 10] = S[b, _FANOUT]
     X[0, 13] = S[b, _EVICTIONS]
-    X[0, 19] = S[b, _NEXT_USE]
+    X[0, 19] = S[b, _FRONTIER]
+    X[0, 22] = S[b, _NEXT_USE]
     s = f(X, 0, params)
     return s if s == s else -np.inf
 
