@@ -197,13 +197,14 @@ class Search:
                 if not proposed:
                     stop = self._cap_reached()
                     exhausted = not stop
-                for row in proposed:
-                    self.history.append(row)
+                for row in proposed:  # in self.history already
                     if row.status == "pending":
                         running[self._submit(pool, row)] = row
                     else:
                         self._finished(row)
             if not running:
+                if seqs:  # every one proposed was rejected before it ran: propose again
+                    continue
                 break
             timeout = None if stop else self._time_left(started)
             finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -300,23 +301,36 @@ class Search:
     def _propose_group(self, seqs: list[int]) -> list[Candidate]:
         """New candidates for `seqs`; a proposer with concurrency > 1 writes several at the same time.
 
-        Each draws its island, parent and inspirations from its own view, in seq order, before any is
-        written. These threads only wait on a proposer's calls (an LLM endpoint); jobs go to the executor.
+        Each draws its island, parent and inspirations from its own view, in seq order. One at a time,
+        each also sees the rejections of those before it; side by side (an LLM endpoint's concurrency),
+        all are drawn before any is written. These threads only wait on the proposer's calls.
         """
         taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
         lock = threading.Lock()
-        draws = []
-        for seq in seqs:
-            self._advance(seq)
-            rng = random.Random(f"{self.config.seed}:{seq}")
-            draws.append((seq, rng, self.database.sample(rng), self._recent_failures(seq)))
-        width = min(self.proposer.concurrency, len(draws))
+        width = min(self.proposer.concurrency, len(seqs))
         if width <= 1:
-            rows = [self._propose(*draw, taken, lock) for draw in draws]
-        else:
-            with ThreadPoolExecutor(max_workers=width) as threads:
-                rows = list(threads.map(lambda draw: self._propose(*draw, taken, lock), draws))
-        return [row for row in rows if row is not None]
+            rows = []
+            for seq in seqs:
+                row = self._propose(*self._draw(seq), taken, lock)
+                if row is not None:
+                    self.history.append(row)
+                    rows.append(row)
+            return rows
+        draws = [self._draw(seq) for seq in seqs]
+        with ThreadPoolExecutor(max_workers=width) as threads:
+            written = list(threads.map(lambda draw: self._propose(*draw, taken, lock), draws))
+        rows = [row for row in written if row is not None]
+        self.history.extend(rows)
+        return rows
+
+    def _draw(
+        self, seq: int
+    ) -> tuple[int, random.Random, tuple[int, Entry, tuple[Entry, ...]], tuple[str, ...]]:
+        """What candidate `seq` is written from: its random stream, island, parent, inspirations and the
+        failures to avoid."""
+        self._advance(seq)
+        rng = random.Random(f"{self.config.seed}:{seq}")
+        return seq, rng, self.database.sample(rng), self._recent_failures(seq)
 
     def _propose(
         self,
@@ -475,7 +489,17 @@ class Search:
         self.database.add(entry, row.island)
 
     def _recent_failures(self, seq: int) -> tuple[str, ...]:
-        failed = [r for r in self._view(seq) if r.status not in ("evaluated", "gated", "pending")]
+        """The last failures shown to the proposer of `seq`: every earlier rejection (decided when it was
+        proposed, so known at once) and the failed runs of its view."""
+        end = self.schedule.view_end(seq)
+        failed = [
+            r
+            for r in self.history
+            if r.seq < seq
+            and (
+                r.status == "rejected" or (r.seq < end and r.status not in ("evaluated", "gated", "pending"))
+            )
+        ]
         return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
 
 
