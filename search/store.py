@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, UniqueConstraint, event, func, inspect, text
+from sqlalchemy import Engine, UniqueConstraint, event, func
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+from .schema import upgrade
 
 DEFAULT_URL = "sqlite:///crucible.db"
 BASELINE = "baseline"
@@ -136,7 +138,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
     """Open the store at `url` (creating it unless `create` is False: a reader never makes an empty
-    database out of a mistyped path); SQLite files get WAL mode. Raises StoreError."""
+    database out of a mistyped path), its schema migrated to the newest revision (search/schema.py);
+    SQLite files get WAL mode. Raises StoreError."""
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url.removeprefix("sqlite:///")).expanduser().resolve()
         if not create and not path.is_file():
@@ -147,33 +150,12 @@ def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
-        SQLModel.metadata.create_all(engine)
-        _add_new_columns(engine)
+        upgrade(engine)
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open database {url}: {_reason(exc)}") from None
     except ModuleNotFoundError as exc:
         raise StoreError(f"cannot open database {url}: driver {exc.name} is not installed") from None
     return engine
-
-
-def _add_new_columns(engine: Engine) -> None:
-    """Columns added since a store was made (all nullable or defaulted) are added to it, so an older
-    database opens as it is, nothing lost."""
-    existing = inspect(engine)
-    with engine.begin() as connection:
-        for table in SQLModel.metadata.sorted_tables:
-            have = {c["name"] for c in existing.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in have:
-                    continue
-                kind = column.type.compile(dialect=engine.dialect)
-                default = column.default.arg if column.default is not None else None
-                fill = "" if default is None or callable(default) else f" DEFAULT {_literal(default)}"
-                connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{fill}"))
-
-
-def _literal(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else str(value)
 
 
 def _reason(exc: SQLAlchemyError) -> str:
