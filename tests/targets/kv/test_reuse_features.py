@@ -1,6 +1,6 @@
 """The reuse features (frontier, parent_age, parent_requests) take the values their docs say on a hand-built
-trace, and adding them moved no baseline: the shipped head's hit and eviction counts are those of the
-README's first table."""
+trace, a key reading them is verified on their declared domains and relations, and adding them moved no
+baseline: the shipped head's hit and eviction counts are those of the README's first table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from targets.kv.features import BLOCK_FEATURES, N_COLUMNS
 from targets.kv.prefix_cache import POLICY_KEY, TIME_VARYING
 from targets.kv.target import SHIPPED_CAPACITY, KVTarget, replay_trace, shipped_workload_path
 from targets.kv.trace import build_trace
-from verifiers.compiler import SIGNATURE
+from verifiers.compiler import SIGNATURE, to_python
+from verifiers.smt import prove
 from verifiers.static import check
 
 _COLUMN = BLOCK_FEATURES.columns()
@@ -118,3 +119,33 @@ def test_every_baseline_keeps_its_hits_and_evictions_on_the_shipped_head(
     shipped_counts: dict[str, tuple[int, int]],
 ) -> None:
     assert shipped_counts == _SHIPPED_COUNTS
+
+
+_TARGET = KVTarget()
+_PROPERTIES = {p.name: p for p in _TARGET.properties()}
+
+# A key over the reuse features, the property it is checked on, and the verdict the declared domain gives.
+_VERDICTS = [
+    ("b.hits / b.parent_requests", "no-division-by-zero", "proved"),  # at least the block's own request
+    ("b.hits / b.parent_age", "no-division-by-zero", "counterexample"),  # 0 for a first block
+    ("log(b.frontier)", "no-log-of-non-positive", "counterexample"),  # 0 off the frontier
+    ("log1p(b.frontier) + b.frontier", "no-log-of-non-positive", "proved"),
+    ("sqrt(b.age - b.parent_age)", "no-sqrt-of-negative", "proved"),  # only through parent_age <= age
+    ("sqrt(b.parent_requests - b.accesses)", "no-sqrt-of-negative", "proved"),  # accesses <= parent_requests
+    ("sqrt(b.parent_age - b.age)", "no-sqrt-of-negative", "counterexample"),
+]
+
+
+@pytest.mark.parametrize(("body", "prop", "verdict"), _VERDICTS)
+def test_a_key_over_the_reuse_features_is_verified_on_their_declared_domain(
+    body: str, prop: str, verdict: str
+) -> None:
+    program = check(f"def priority(b, p):\n    return {body}\n", _TARGET.signatures)
+    [result] = prove(program, {"priority": BLOCK_FEATURES.domain()}, [_PROPERTIES[prop]])
+    assert result.verdict == verdict, result.message
+    if verdict == "counterexample":  # a block state the mechanism can produce, on which the key faults
+        assert result.counterexample is not None
+        inputs = result.counterexample["inputs"]
+        assert inputs["frontier"] in (0.0, 1.0) and inputs["parent_age"] <= inputs["age"]
+        with pytest.raises((ZeroDivisionError, ValueError)):
+            to_python(program, "priority")(inputs, result.counterexample["params"])
