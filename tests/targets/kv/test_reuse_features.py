@@ -1,13 +1,20 @@
 """The reuse features (frontier, parent_age, parent_requests) take the values their docs say on a hand-built
 trace, a key reading them is verified on their declared domains and relations, and adding them moved no
-baseline: the shipped head's hit and eviction counts are those of the README's first table."""
+baseline: the shipped head's hit and eviction counts are those of the README's first table. The LLM prompt
+shows them and the offline proposer's mutations draw them."""
 
 from __future__ import annotations
+
+import ast
 
 import numba
 import numpy as np
 import pytest
 
+from search.loop import brief
+from search.proposers.base import Entry, ProposalRequest
+from search.proposers.evolve import EvolveProposer
+from search.proposers.prompting import Templates
 from targets.kv.features import BLOCK_FEATURES, N_COLUMNS
 from targets.kv.prefix_cache import POLICY_KEY, TIME_VARYING
 from targets.kv.target import SHIPPED_CAPACITY, KVTarget, replay_trace, shipped_workload_path
@@ -149,3 +156,25 @@ def test_a_key_over_the_reuse_features_is_verified_on_their_declared_domain(
         assert inputs["frontier"] in (0.0, 1.0) and inputs["parent_age"] <= inputs["age"]
         with pytest.raises((ZeroDivisionError, ValueError)):
             to_python(program, "priority")(inputs, result.counterexample["params"])
+
+
+_REUSE = ("frontier", "parent_age", "parent_requests")
+
+
+def test_the_llm_prompt_shows_each_reuse_feature_with_unit_domain_and_doc() -> None:
+    lru = Entry(1, _TARGET.baselines()["lru"], 0.05, {"block_hit_rate": 0.05})
+    request = ProposalRequest(brief(_TARGET), lru, (), (), seed=0)
+    text = "\n".join(m["content"] for m in Templates.load().messages(request))
+    for name in _REUSE:
+        f = BLOCK_FEATURES[name]
+        assert f"b.{name} ({f.unit}, in [{f.low:g}, {f.high:g}]): {f.doc}" in text
+
+
+def test_the_offline_proposer_mutates_lru_into_keys_reading_each_reuse_feature() -> None:
+    lru = Entry(1, _TARGET.baselines()["lru"], 0.05)
+    read: set[str] = set()
+    for seed in range(60):
+        child = EvolveProposer().propose(ProposalRequest(brief(_TARGET), lru, (), (), seed=seed))
+        check(child.source, _TARGET.signatures)  # each child is a valid candidate
+        read |= {n.attr for n in ast.walk(ast.parse(child.source)) if isinstance(n, ast.Attribute)}
+    assert set(_REUSE) <= read
