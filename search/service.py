@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from sandbox.job import Limits
 from targets.base import Option, OptionError, Target, WorkloadError, resolve_options
 
 from .errors import UserError
+from .executors.local import local_pool
 from .holdout import WINDOW_OPTION, check_share, measure_tail, split
 from .loop import BaselineFailed, Reporter, RunConfig, Search
 from .proposers.base import Proposer, ProposerUnavailable
@@ -35,11 +36,6 @@ from .store import Store
 
 ExecutorFactory = Callable[[int], Executor]
 """Makes the executor of a run from its `workers` setting."""
-
-
-def local_pool(workers: int) -> Executor:
-    """The default executor: `workers` sandbox jobs side by side on this machine."""
-    return ThreadPoolExecutor(max_workers=workers)
 
 
 class RunService:
