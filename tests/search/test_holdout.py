@@ -17,7 +17,6 @@ from search.proposers.evolve import EvolveProposer
 from search.readmodel import ReadModel
 from search.service import RunService, prepare
 from search.store import Store, open_engine
-from targets.base import Windowed
 from verifiers.static import check
 
 BATCHING = {"requests": "0:120"}
@@ -126,10 +125,6 @@ def test_a_run_stopped_by_its_time_budget_is_scored_on_the_tail_too(tmp_path: Pa
     assert scored == {*target.baselines(), *target.builtin_baselines()}
 
 
-@pytest.mark.skipif(
-    not isinstance(targets.load("kv"), Windowed),
-    reason="kv declares no request window yet (targets/kv/target.py)",
-)
 def test_a_kv_search_holds_out_its_tail_and_measures_the_gap_on_the_tail_itself(tmp_path: Path) -> None:
     runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'kv'}.db")))
     config = prepare("kv", "gen:chat:1", {"capacity": 300}, budget=1, trials=2, workers=1, holdout=0.25)
