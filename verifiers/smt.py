@@ -627,8 +627,13 @@ class _Prover:
                 goal = z3.Or(
                     run.value < reals.const(low), run.value > reals.const(high), z3.Not(run.defined(reals))
                 )
+                beyond = z3.Or(
+                    run.value < reals.const(_outward(low, -1.0)),
+                    run.value > reals.const(_outward(high, 1.0)),
+                    z3.Not(run.defined(reals)),
+                )
                 return self._search(
-                    prop, reals, premises, goal, x, None, lambda p: self._unbounded(fn, low, high, p)
+                    prop, reals, premises, goal, x, None, lambda p: self._unbounded(fn, low, high, p), beyond
                 )
             case Monotone(feature=feature) | GrowsWith(feature=feature):
                 return self._two_copies(prop, fn, domain, reals, x, premises, feature)
@@ -703,15 +708,19 @@ class _Prover:
         x: Mapping[str, z3.ArithRef],
         y: Mapping[str, z3.ArithRef] | None,
         shown: Callable[[_Point], tuple[str, dict[str, Any]] | None],
+        beyond: z3.BoolRef | None = None,
     ) -> Outcome:
         """Ask Z3 for inputs that violate the property; replay any it finds in floats before believing it.
 
         A model the floats do not confirm usually rests on a log/exp/sqrt/** value no double takes; the
-        doubles' own values at the model's arguments are then added as facts and Z3 asked again.
+        doubles' own values at the model's arguments are then added as facts and Z3 asked again. One that
+        violates only by less than rounding (an output of exactly the bound in floats) is asked again with
+        `beyond`, a stricter goal; its unsat proves nothing, so the answer is then the unconfirmed model.
         """
         deadline = time.perf_counter() + self.seconds
         solver = z3.Solver()
         solver.add(*premises, *reals.facts(), goal)
+        tightened = False
         for _ in range(REFINEMENTS + 1):
             answer = self._check(solver, deadline)
             if answer != z3.sat:
@@ -733,9 +742,15 @@ class _Prover:
                 where = _describe(self.program, prop.function, point)
                 return _outcome(prop, "counterexample", f"{message} at {where}", counterexample)
             anchors = reals.anchors(model)
-            if not anchors:
+            if anchors:
+                solver.add(*anchors)
+            elif beyond is not None and not tightened:
+                solver.add(beyond)
+                tightened = True
+            else:
                 break
-            solver.add(*anchors)
+        if answer == z3.unsat and tightened:
+            answer = z3.sat  # the last unconfirmed model stands
         if answer == z3.unsat:
             vacuous = z3.Solver()
             vacuous.add(*premises, *reals.facts())
@@ -834,6 +849,12 @@ def _outcome(
     prop: Property, verdict: Verdict, message: str = "", counterexample: dict[str, Any] | None = None
 ) -> Outcome:
     return Outcome(prop.name, prop.severity, verdict, 0.0, message, counterexample)
+
+
+def _outward(bound: float, direction: float) -> float:
+    """The bound moved away from the allowed range by its own size (at least 1): a violation beyond it
+    survives float rounding."""
+    return bound + direction * max(abs(bound), 1.0)
 
 
 def _float(value: z3.ExprRef) -> float:
