@@ -105,8 +105,11 @@ def has_image(client: docker.DockerClient, name: str) -> bool:
     return True
 
 
-def build(offline: bool, log: Log, mirror: str = DEBIAN_MIRROR) -> str:
-    """Build the image for this source and return its name; BuildError says what failed."""
+def build(offline: bool, log: Log, mirror: str = DEBIAN_MIRROR, rebuild: bool = False) -> str:
+    """Build the image for this source and return its name; BuildError says what failed.
+
+    An image of this name holds exactly this code and these pins, so it is kept unless `rebuild` is asked.
+    """
     if not (PROJECT_ROOT / "pyproject.toml").is_file():
         raise BuildError(f"building the image needs a source checkout; no pyproject.toml in {PROJECT_ROOT}")
     try:
@@ -115,6 +118,9 @@ def build(offline: bool, log: Log, mirror: str = DEBIAN_MIRROR) -> str:
     except DockerException as exc:
         raise BuildError(f"no Docker engine answers: {exc}") from None
     name = image_name()
+    if not rebuild and has_image(client, name):
+        log(f"{name} is up to date (its name hashes the code and pins it holds; --rebuild builds it again)")
+        return name
     base = _offline_base(client, mirror, log) if offline else ONLINE_BASE
     with tempfile.TemporaryDirectory(prefix="crucible-image-") as folder:
         context = Path(folder)

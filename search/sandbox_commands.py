@@ -27,6 +27,9 @@ def add_parsers(sub: Any) -> None:
     b.add_argument(
         "--mirror", default=DEBIAN_MIRROR, help="Debian mirror for --offline (default: %(default)s)"
     )
+    b.add_argument(
+        "--rebuild", action="store_true", help="build again even when the image for this source exists"
+    )
     b.add_argument("--json", action="store_true", help="the image's name as JSON on stdout")
     c = ssub.add_parser("check", help="run a baseline job on each backend and say which work and why not")
     c.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -36,7 +39,10 @@ def sandbox(args: argparse.Namespace) -> None:
     if args.sandbox_command == "build":
         try:
             name = build(
-                args.offline, log=lambda line: print(line, file=sys.stderr, flush=True), mirror=args.mirror
+                args.offline,
+                log=lambda line: print(line, file=sys.stderr, flush=True),
+                mirror=args.mirror,
+                rebuild=args.rebuild,
             )
         except BuildError as exc:
             raise UserError(str(exc)) from None

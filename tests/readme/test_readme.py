@@ -208,8 +208,6 @@ def _params(docker: bool) -> list[object]:
             )
         if example.text.startswith(NEEDS_TORCH):
             marks += [pytest.mark.slow, pytest.mark.torch]
-        if docker and example.text.startswith("crucible sandbox build"):
-            marks.append(pytest.mark.slow)  # a rebuild: half a minute to minutes
         params.append(pytest.param(example, id=f"line{example.line}", marks=marks))
     return params
 

@@ -111,10 +111,22 @@ def test_building_the_image_without_an_engine_ends_in_one_line_and_prints_no_jso
 
 
 @pytest.mark.docker
-def test_the_build_names_the_image_it_made_as_json(docker_box: DockerSandbox) -> None:
-    done = crucible("sandbox", "build", "--offline", "--json")  # the image exists: a rebuild from cache
+def test_a_build_keeps_the_image_of_this_source_and_names_it_as_json(docker_box: DockerSandbox) -> None:
+    done = crucible("sandbox", "build", "--offline", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"image": docker_box.image, "offline": True}
+    assert done.stderr.strip() == f"{docker_box.image} is up to date " + (
+        "(its name hashes the code and pins it holds; --rebuild builds it again)"
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_rebuild_builds_the_image_again_and_names_it_as_json(docker_box: DockerSandbox) -> None:
+    done = crucible("sandbox", "build", "--offline", "--rebuild", "--json")  # from the engine's cache
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"image": docker_box.image, "offline": True}
+    assert "building the project wheel" in done.stderr
 
 
 @pytest.mark.docker
