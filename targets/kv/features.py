@@ -70,6 +70,22 @@ BLOCK_FEATURES = FeatureRegistry(
             _INF,
             "requests that used the block's parent (for a first block, every request so far)",
         ),
+        Feature(
+            "turns",
+            "count",
+            1.0,
+            _INF,
+            "turns of the conversation up to the latest request that used the block (1: a first turn); a "
+            "request is the next turn of the one whose every block but the last it extends",
+            integer=True,
+        ),
+        Feature(
+            "turn_gap",
+            "s",
+            0.0,
+            _INF,
+            "mean interval between those turns (0 for a first turn): how soon the conversation came back",
+        ),
     ),
     relations=(
         "age == now - last_access",

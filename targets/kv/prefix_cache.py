@@ -72,8 +72,11 @@ _NO_NEXT_USE = 1.0e12
     _NEXT_USE,
     _SEQ,
     _FRONTIER,
-) = range(12)
-_N_STATE = 12
+    _REQUEST,
+    _TURNS,
+    _TURN_GAP,
+) = range(15)
+_N_STATE = 15
 
 # Queue ids for the built-in FIFO mechanisms; each block sits in at most one queue (a ghost is not cached).
 _Q_NONE, _Q_SMALL, _Q_MAIN, _Q_GHOST = 0, 1, 2, 3
@@ -187,7 +190,28 @@ def _fill_row(X, j, b, now, requests, S, parent, depth, block_tokens, prefix_tok
     p = parent[b]
     X[j, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
     X[j, 21] = S[p, _ACCESSES] if p >= 0 else requests
-    X[j, 22] = S[b, _NEXT_USE]
+    X[j, 22] = S[b, _TURNS]
+    X[j, 23] = S[b, _TURN_GAP]
+    X[j, 24] = S[b, _NEXT_USE]
+
+
+@njit(cache=True)
+def _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps):
+    """Whether request r is the next turn of an earlier one, and if so count it in that conversation.
+
+    r continues request j when the longest prefix of r that earlier requests used is more than a first
+    block and covers all of j, the latest request through its deepest block, but j's last block (which a
+    next turn replaces when it was partial). Prefixes, not cache contents: a conversation is in the trace.
+    """
+    seen = 0
+    while seen < n and S[blocks[a0 + seen], _ACCESSES] > 0.0:
+        seen += 1
+    if seen < 2:
+        return
+    j = int(S[blocks[a0 + seen - 1], _REQUEST])
+    if seen >= offsets[j + 1] - offsets[j] - 1:
+        req_turns[r] = req_turns[j] + 1.0
+        req_gaps[r] = req_gaps[j] + (now - times[j])
 
 
 @njit(cache=True)
@@ -329,6 +353,8 @@ def _replay(
 
     counters = np.zeros(len(COUNTERS), np.int64)
     req_hits = np.zeros(n_req, np.int64)
+    req_turns = np.ones(n_req, np.float64)
+    req_gaps = np.zeros(n_req, np.float64)  # sum of the intervals between a conversation's turns so far
     ev_req = np.empty(n_acc if record else 0, np.int64)
     ev_block = np.empty(n_acc if record else 0, np.int64)
 
@@ -342,6 +368,8 @@ def _replay(
         while k < n and cached[blocks[a0 + k]]:
             k += 1
         req_hits[r] = k
+        _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps)
+        turn_gap = req_gaps[r] / (req_turns[r] - 1.0) if req_turns[r] > 1.0 else 0.0
 
         for i in range(n):
             b = blocks[a0 + i]
@@ -359,6 +387,9 @@ def _replay(
             S[b, _ACCESSES] += 1.0
             S[b, _SEQ] = seq
             S[b, _FRONTIER] = 1.0 if i == n - 1 else 0.0
+            S[b, _REQUEST] = r
+            S[b, _TURNS] = req_turns[r]
+            S[b, _TURN_GAP] = turn_gap
             S[b, _NEXT_USE] = next_pos[a0 + i]
             counters[1] += 1
             counters[3] += block_tokens[b]
@@ -547,7 +578,9 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     X[0, 10] = S[b, _FANOUT]
     X[0, 13] = S[b, _EVICTIONS]
     X[0, 19] = S[b, _FRONTIER]
-    X[0, 22] = S[b, _NEXT_USE]
+    X[0, 22] = S[b, _TURNS]
+    X[0, 23] = S[b, _TURN_GAP]
+    X[0, 24] = S[b, _NEXT_USE]
     s = f(X, 0, params)
     return s if s == s else -np.inf
 

@@ -1,7 +1,7 @@
-"""The reuse features (frontier, parent_age, parent_requests) take the values their docs say on a hand-built
-trace, a key reading them is verified on their declared domains and relations, and adding them moved no
-baseline: the shipped head's hit and eviction counts are those of the README's first table. The LLM prompt
-shows them and the offline proposer's mutations draw them."""
+"""The reuse features (frontier, parent_age, parent_requests, turns, turn_gap) take the values their docs
+say on hand-built traces, a key reading them is verified on their declared domains and relations, and adding
+them moved no baseline: the shipped head's hit and eviction counts are those of the README's first table.
+The LLM prompt shows them and the offline proposer's mutations draw them."""
 
 from __future__ import annotations
 
@@ -85,6 +85,47 @@ def test_each_reuse_feature_takes_the_value_its_doc_says_on_a_hand_built_trace()
     assert seen == {at: {values} for at, values in _EXPECTED.items()}
 
 
+# Conversation A takes three turns: turn 2 extends all of turn 1 but its last block (3), turn 3 all of turn 2.
+# D shares only the first block and E branches off A's block 2: both are first turns. The last request needs
+# all 8 blocks of the cache, so LRU scores every cached block once, at t=50 s.
+_TURNS_TRACE = build_trace(
+    enumerate(
+        [
+            _request(0, [1, 2, 3]),  # A, turn 1
+            _request(10_000, [1, 2, 4, 5]),  # A, turn 2: 10 s after turn 1
+            _request(30_000, [1, 2, 4, 5, 6]),  # A, turn 3: 20 s after turn 2
+            _request(31_000, [1, 7]),  # D: a first block in common is no conversation
+            _request(40_000, [1, 2, 8]),  # E: leaves A before its turn 3's blocks 4 and 5
+            _request(50_000, [20, 21, 22, 23, 24, 25, 26, 27]),
+        ],
+        start=1,
+    ),
+    source="hand-built",
+)
+
+# Each scored row, by (depth, last_access): (turns, turn_gap) of the latest request that used the block.
+_EXPECTED_TURNS = {
+    (3, 0.0): (1.0, 0.0),  # block 3: only A's turn 1 used it
+    (3, 30.0): (3.0, 15.0),  # block 4: A's turn 3, after gaps of 10 s and 20 s
+    (4, 30.0): (3.0, 15.0),  # block 5
+    (5, 30.0): (3.0, 15.0),  # block 6
+    (2, 31.0): (1.0, 0.0),  # block 7: D
+    (3, 40.0): (1.0, 0.0),  # block 8: E
+    (2, 40.0): (1.0, 0.0),  # block 2: E used it last
+    (1, 40.0): (1.0, 0.0),  # block 1
+}
+
+
+def test_turns_and_turn_gap_count_a_conversation_by_the_requests_that_extend_it() -> None:
+    store = np.zeros(1 + 100 * N_COLUMNS)
+    replay_trace(_TURNS_TRACE, 8, _recording_lru, store, POLICY_KEY)
+    rows = store[1 : 1 + int(store[0]) * N_COLUMNS].reshape(-1, N_COLUMNS)
+    turns, gap = _COLUMN["turns"], _COLUMN["turn_gap"]
+    seen = {(int(row[_COLUMN["depth"]]), float(row[_LAST])): (row[turns], row[gap]) for row in rows}
+    assert seen == _EXPECTED_TURNS
+    assert {float(row[_COLUMN["now"]]) for row in rows} == {50.0}
+
+
 def test_the_reuse_features_are_in_the_registry_with_unit_domain_and_doc() -> None:
     assert BLOCK_FEATURES["frontier"].unit == "0/1" and BLOCK_FEATURES["frontier"].integer
     assert (BLOCK_FEATURES["frontier"].low, BLOCK_FEATURES["frontier"].high) == (0.0, 1.0)
@@ -94,6 +135,11 @@ def test_the_reuse_features_are_in_the_registry_with_unit_domain_and_doc() -> No
     # the parent's features change when a sibling's request passes the parent, the frontier only when the
     # block itself is used: so a key reading only the frontier keeps the cheap static heap
     assert {"parent_age", "parent_requests"} <= TIME_VARYING and "frontier" not in TIME_VARYING
+    assert BLOCK_FEATURES["turns"].unit == "count" and BLOCK_FEATURES["turns"].integer
+    assert (BLOCK_FEATURES["turns"].low, BLOCK_FEATURES["turn_gap"].low) == (1.0, 0.0)
+    assert BLOCK_FEATURES["turn_gap"].unit == "s"
+    # both are set when the block is used and stay until it is used again: no rescoring while it sits
+    assert not {"turns", "turn_gap"} & TIME_VARYING
 
 
 # Hits and evictions of every baseline on the shipped head at 2,000 blocks, as measured before the reuse
@@ -140,6 +186,9 @@ _VERDICTS = [
     ("sqrt(b.age - b.parent_age)", "no-sqrt-of-negative", "proved"),  # only through parent_age <= age
     ("sqrt(b.parent_requests - b.accesses)", "no-sqrt-of-negative", "proved"),  # accesses <= parent_requests
     ("sqrt(b.parent_age - b.age)", "no-sqrt-of-negative", "counterexample"),
+    ("b.age / b.turns", "no-division-by-zero", "proved"),  # a first turn counts 1
+    ("b.age / b.turn_gap", "no-division-by-zero", "counterexample"),  # 0 for a first turn
+    ("log(b.turns) + sqrt(b.turn_gap)", "no-log-of-non-positive", "proved"),
 ]
 
 
@@ -158,7 +207,7 @@ def test_a_key_over_the_reuse_features_is_verified_on_their_declared_domain(
             to_python(program, "priority")(inputs, result.counterexample["params"])
 
 
-_REUSE = ("frontier", "parent_age", "parent_requests")
+_REUSE = ("frontier", "parent_age", "parent_requests", "turns", "turn_gap")
 
 
 def test_the_llm_prompt_shows_each_reuse_feature_with_unit_domain_and_doc() -> None:
@@ -173,7 +222,7 @@ def test_the_llm_prompt_shows_each_reuse_feature_with_unit_domain_and_doc() -> N
 def test_the_offline_proposer_mutates_lru_into_keys_reading_each_reuse_feature() -> None:
     lru = Entry(1, _TARGET.baselines()["lru"], 0.05)
     read: set[str] = set()
-    for seed in range(60):
+    for seed in range(150):  # parent_age first at seed 133
         child = EvolveProposer().propose(ProposalRequest(brief(_TARGET), lru, (), (), seed=seed))
         check(child.source, _TARGET.signatures)  # each child is a valid candidate
         read |= {n.attr for n in ast.walk(ast.parse(child.source)) if isinstance(n, ast.Attribute)}
