@@ -3,7 +3,8 @@
 `--holdout 0.33` cuts the workload's requests in time order (inside the run's own `requests` window, if
 any): the run's options window the head, so the loop never sees the tail. After the search, the best
 candidate and every baseline are scored on the tail twice: with the constants tuned on the head, and after
-re-tuning them on the tail's own train share (instance specialization). The scores are evaluations of the
+re-tuning them on the tail's own train share (instance specialization), starting from the head's constants
+so re-tuning can only keep or improve the train share's score. The scores are evaluations of the
 run (roles "tail" and "tail-retuned"), so the read model reports them from the store alone.
 """
 
@@ -19,6 +20,7 @@ import targets
 from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Result, Tuning
 from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
+from verifiers.static import check, render
 
 from .errors import UserError
 from .store import BASELINE, Candidate, Evaluation, Store
@@ -126,9 +128,8 @@ def measure_tail(
         params = json.loads(s.row.params or "{}")
         jobs.append((s, TAIL, Job(target.name, s.row.source, scoring, params=params, limits=limits)))
         retune = Tuning(trials=trials, seed=(seed * 100_003 + s.row.seq) % 2**32)  # baselines' seqs are < 0
-        jobs.append(
-            (s, TAIL_RETUNED, Job(target.name, s.row.source, tuple(tail), tuning=retune, limits=limits))
-        )
+        start = render(check(s.row.source, target.signatures), params)  # the first trial: the head's values
+        jobs.append((s, TAIL_RETUNED, Job(target.name, start, tuple(tail), tuning=retune, limits=limits)))
     results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
     for (s, role, _), result in zip(jobs, results, strict=True):
         name = s.builtin if s.row is None else s.row.name or f"#{s.row.id}"

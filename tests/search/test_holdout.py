@@ -3,6 +3,7 @@ with the constants as tuned on the head and re-tuned on the tail; the scores com
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,11 +14,12 @@ import targets
 from sandbox.job import Job, Result
 from search.cli import main
 from search.errors import UserError
+from search.holdout import TAIL_RETUNED
 from search.proposers.evolve import EvolveProposer
 from search.readmodel import ReadModel
 from search.service import RunService, prepare
 from search.store import Store, open_engine
-from verifiers.static import check
+from verifiers.static import check, render
 
 BATCHING = {"requests": "0:120"}
 """A small window of the shipped trace, so a whole search runs in seconds."""
@@ -28,8 +30,12 @@ class Recording:
     """The in-process sandbox, noting the request window of every instance each job asked for."""
 
     windows: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+    tuned_sources: list[str] = field(default_factory=list)
+    """The source of every job that tunes, in order."""
 
     def run(self, job: Job) -> Result:
+        if job.tuning is not None:
+            self.tuned_sources.append(job.source)
         for instance in job.instances:
             start, stop = instance.config["requests"]
             self.windows.append((instance.role, (int(start), int(stop))))
@@ -81,6 +87,22 @@ def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
     tail = [i for i in target.instances(config["workload"], {"requests": "80:120"}) if i.role == "eval"]
     assert rows["fcfs"].tail == target.evaluate(fcfs, tail[0], fcfs.defaults())["slo_attainment"]
     assert report.to_json()["holdout"]["tail"] == "80:120"
+
+
+def test_re_tuning_on_the_tail_starts_from_the_constants_tuned_on_the_head(
+    held_out: tuple[RunService, str, Recording],
+) -> None:
+    runs, run_id, sandbox = held_out
+    target = targets.load("batching")
+    scored = {e.candidate_id for e in runs.store.evaluations(run_id) if e.role == TAIL_RETUNED}
+    rows = [r for r in runs.store.candidates(run_id) if r.id in scored]
+    # each re-tuning job's PARAMS carry the head's tuned values as defaults: its first trial is the head's
+    starts = {render(check(r.source, target.signatures), json.loads(r.params or "{}")) for r in rows}
+    assert len(starts) == len(rows) and starts <= set(sandbox.tuned_sources)
+    for r in rows:
+        head = json.loads(r.params or "{}")
+        start = check(render(check(r.source, target.signatures), head), target.signatures)
+        assert start.defaults() == head or not head
 
 
 def test_a_resumed_finished_run_scores_only_the_policies_the_tail_report_lacks(
