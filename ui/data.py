@@ -18,6 +18,7 @@ from search.readmodel import (
     BaselineInfo,
     CandidateInfo,
     EventInfo,
+    HoldoutReport,
     ProgressPoint,
     ProposerStats,
     ReadModel,
@@ -73,6 +74,11 @@ def proposer_stats(url: str, run_id: str) -> list[ProposerStats]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def failures(url: str, run_id: str) -> dict[str, int]:
     return _read_model(url).failures(run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def holdout(url: str, run_id: str) -> HoldoutReport | None:
+    return _read_model(url).holdout(run_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.readmodel import BaselineInfo, CandidateInfo, EvaluationInfo, ProposerStats, RunInfo
+from search.readmodel import (
+    BaselineInfo,
+    CandidateInfo,
+    EvaluationInfo,
+    HoldoutReport,
+    ProposerStats,
+    RunInfo,
+)
 
 
 def options_text(options: dict[str, object]) -> str:
@@ -42,6 +49,25 @@ def runs_frame(runs: Sequence[RunInfo]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def holdout_frame(report: HoldoutReport) -> pd.DataFrame:
+    """Each policy on the head it was selected on and on the held-out tail, and the found policy's tail score
+    as a multiple of each one's: how far its lead carries to traffic the search never saw."""
+    found = next((r.tail for r in report.rows if r.kind == "found"), None)
+    return pd.DataFrame(
+        [
+            {
+                "policy": r.name,
+                "kind": r.kind,
+                f"head {report.head}": r.head,
+                f"tail {report.tail}": r.tail,
+                "tail re-tuned": r.tail_retuned,
+                "found / this, tail": found / r.tail if found is not None and r.tail else None,
+            }
+            for r in report.rows
+        ]
+    )
 
 
 def proposer_label(c: CandidateInfo) -> str:

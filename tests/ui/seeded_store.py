@@ -1,5 +1,6 @@
 """The store the UI's tests read, seeded by real short searches on the shipped kv workload in the process
-sandbox: one finished run of six candidates (the offline proposer), and one of the LLM proposer against
+sandbox: one finished run of six candidates (the offline proposer) that holds out the workload's last third,
+and one of the LLM proposer against
 the scripted OpenAI-compatible endpoint of tests/search (real client, real HTTP) that Z3 refutes a
 candidate of, the static check rejects another of, and its token cap stops (resumable)."""
 
@@ -38,7 +39,7 @@ class Seeded:
 
 def seed(url: str) -> Seeded:
     """Run the two searches into the store at `url` (created)."""
-    cli.main([*SEARCH, "--db", url, "--budget", "6"])
+    cli.main([*SEARCH, "--db", url, "--budget", "6", "--holdout", "0.33"])
     numbers = itertools.count(1)
     script = [Reply(REFUTED), Reply(OUTSIDE_SUBSET)]
     os.environ[KEY_ENV] = "sk-scripted"

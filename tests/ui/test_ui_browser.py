@@ -159,7 +159,7 @@ def test_every_page_opens_and_clicks_through(seeded: Seeded, server: Server, pag
     open_page(page, server, f"/run?run={run.run_id}", "Run", VEGA)
     assert f"{run.done}/{run.budget}" in page.locator(METRIC).filter(has_text="candidates").inner_text()
     shot(page, "run")
-    for tab in ("Leaderboard", "Islands", "Failures", "Proposers", "Genealogy"):
+    for tab in ("Leaderboard", "Islands", "Failures", "Proposers", "Held-out tail", "Genealogy"):
         click_tab(page, tab)
         shot(page, f"run-{tab.lower()}")
     node = page.locator('[data-testid="stGraphVizChart"] svg a').first

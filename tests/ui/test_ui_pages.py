@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from seeded_store import KEY_ENV, SEARCH, Seeded
 from streamlit.testing.v1 import AppTest
@@ -84,6 +85,28 @@ def test_run_shows_progress_against_the_baselines(seeded: Seeded, open_page) -> 
     assert len(at.get("vega_lite_chart")) >= 3  # progress, per island, island map
     assert at.get("graphviz_chart")
     assert not {"stop", "resume"} & buttons(at), "a finished run is neither running nor resumable"
+
+
+def test_run_shows_the_held_out_tail_as_the_run_service_scored_it(seeded: Seeded, open_page) -> None:
+    run = seeded.finished
+    report = seeded.read.holdout(run.run_id)
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    assert [t.label for t in at.tabs][-1] == "Held-out tail"
+    assert f"requests {report.tail} (the last 33%) were never seen by the search" in texts(at)
+    (table,) = [d.value.set_index("policy") for d in at.dataframe if "tail re-tuned" in d.value.columns]
+    assert list(table.index) == [r.name for r in report.rows]
+    found = report.rows[0]
+    assert found.kind == "found" and table.loc[found.name, f"tail {report.tail}"] == pytest.approx(found.tail)
+    assert table.loc[found.name, "tail re-tuned"] == pytest.approx(found.tail_retuned)
+    for row in report.rows:
+        assert table.loc[row.name, "found / this, tail"] == pytest.approx(found.tail / row.tail)
+    builtin = next(r for r in report.rows if r.kind == "builtin")
+    assert pd.isna(table.loc[builtin.name, "tail re-tuned"]), "a built-in baseline has no constants"
+
+
+def test_a_run_without_a_holdout_has_no_tail_tab(seeded: Seeded, open_page) -> None:
+    at = open_page(seeded.url, "views/run.py", run=seeded.stopped.run_id)
+    assert "Held-out tail" not in [t.label for t in at.tabs]
 
 
 def test_run_leaderboard_filters_change_the_rows(seeded: Seeded, open_page) -> None:

@@ -188,6 +188,26 @@ def proposers_tab(run: RunInfo) -> None:
         st.dataframe(pd.DataFrame([e.to_json() for e in events]), hide_index=True)
 
 
+def holdout_tab(run: RunInfo) -> None:
+    report = states.read(data.holdout, url, run.run_id)
+    assert report is not None
+    st.caption(
+        f"Tuned and selected on requests {report.head}; requests {report.tail}"
+        f" (the last {report.share:.0%}) were never seen by the search."
+        " Re-tuned: the constants tuned again on the tail (built-in baselines have none)."
+    )
+    if not report.rows:
+        st.info("The tail is scored when the search ends." + (" This page refreshes itself." if live else ""))
+        return
+    number = st.column_config.NumberColumn(format="%.4f")
+    table = frames.holdout_frame(report)
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={c: number for c in table.columns if c not in ("policy", "kind")},
+    )
+
+
 def page() -> None:
     run = states.read(data.run, url, chosen.run_id)
     if live and run.status != "running":
@@ -195,7 +215,9 @@ def page() -> None:
     header(run)
     controls.run_controls(url, run)
     candidates = states.read(data.candidates, url, run.run_id)
-    tabs = st.tabs(["Progress", "Leaderboard", "Genealogy", "Islands", "Failures", "Proposers"])
+    names = ["Progress", "Leaderboard", "Genealogy", "Islands", "Failures", "Proposers"]
+    held_out = bool(run.config.get("holdout"))
+    tabs = st.tabs(names + ["Held-out tail"] * held_out)
     with tabs[0]:
         progress_tab(run)
     with tabs[1]:
@@ -208,6 +230,9 @@ def page() -> None:
         failures_tab(run)
     with tabs[5]:
         proposers_tab(run)
+    if held_out:
+        with tabs[6]:
+            holdout_tab(run)
 
 
 st.fragment(page, run_every=nav.REFRESH_S if live else None)()
