@@ -33,7 +33,7 @@ from .executors.cluster import HostSandbox, connect
 from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
-from .readmodel import HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport
+from .readmodel import Budget, HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport
 from .service import RunService, load_target, prepare, proposer_for
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
@@ -645,6 +645,8 @@ def _show(report: RunReport) -> None:
         f"config: {json.dumps(info.config, sort_keys=True)}",
         f"candidates: {json.dumps(info.counts, sort_keys=True)}",
     ]
+    if report.budget:
+        lines.append(_budget_line(report.budget))
     if report.failures:
         lines.append(f"failed, by class: {json.dumps(report.failures, sort_keys=True)}")
     refuted = report.verification.rejected_by_property
@@ -654,6 +656,16 @@ def _show(report: RunReport) -> None:
         lines.append(_stats_table(report.proposers))
     _print(*lines)
     _print_result(report, target)
+
+
+def _budget_line(b: Budget) -> str:
+    """Where the proposals went, in one line: discarded, stopped before the sandbox, run."""
+    return (
+        f"budget: {b.duplicates} duplicates and {b.failed_proposals} failed proposals discarded; "
+        f"{b.static} rejected by the static check, {b.refuted} refuted by the verifier, "
+        f"{b.faulted} failed in the sandbox, {b.gated} gated by the cascade, {b.evaluated} evaluated"
+        + (f", {b.pending} pending" if b.pending else "")
+    )
 
 
 def _verify(args: argparse.Namespace) -> None:

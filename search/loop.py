@@ -368,9 +368,17 @@ class Search:
                 continue
             mark = fingerprint(proposal.source)
             with lock:
-                if mark in taken:
-                    continue
+                duplicate = mark in taken
                 taken.add(mark)
+            if duplicate:  # counted where the budget went (`runs show`), then proposed again
+                self.store.log(
+                    self.run.id,
+                    "proposal-duplicate",
+                    f"the same program as an earlier candidate (parent #{parent.candidate_id})",
+                    proposer=proposal.proposer,
+                    model=proposal.model,
+                )
+                continue
             row = Candidate(
                 run_id=self.run.id,
                 seq=seq,

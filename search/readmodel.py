@@ -206,6 +206,26 @@ class VerificationCounts(_Record):
 
 
 @dataclass(frozen=True)
+class Budget(_Record):
+    """Where a run's proposals went: thrown away before they were candidates, stopped before the sandbox,
+    or run (to the end, or gated by the cascade after the train share). Baselines are not counted."""
+
+    duplicates: int
+    """Proposals whose program was already a candidate of the run (discarded, proposed again)."""
+    failed_proposals: int
+    """Proposals that produced no program (no valid mutation, no usable reply)."""
+    static: int
+    """Candidates the static check rejected."""
+    refuted: int
+    """Candidates the verifier refuted (a counterexample to a hard property)."""
+    faulted: int
+    """Candidates that failed in the sandbox (an error, a timeout, a lost job)."""
+    gated: int
+    evaluated: int
+    pending: int
+
+
+@dataclass(frozen=True)
 class HoldoutRow(_Record):
     """One policy on a run's held-out tail: the objective on the head (where it was tuned and selected), on
     the tail as tuned on the head, and on the tail after re-tuning there (None where not measured)."""
@@ -242,6 +262,7 @@ class RunReport:
     failures: dict[str, int]
     holdout: HoldoutReport | None = None
     """The held-out tail's scores, for a run made with `--holdout`."""
+    budget: Budget | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The run's fields at the top level, `best` the whole best candidate."""
@@ -253,6 +274,7 @@ class RunReport:
             "verification": self.verification.to_json(),
             "failures": self.failures,
             "holdout": self.holdout.to_json() if self.holdout else None,
+            "budget": self.budget.to_json() if self.budget else None,
         }
 
     def baseline_metrics(self) -> dict[str, dict[str, float]]:
@@ -351,6 +373,21 @@ class ReadModel:
                 counts[kind] = counts.get(kind, 0) + 1
         return counts
 
+    def budget(self, run_id: str) -> Budget:
+        """Where the run's proposals went, from its candidates' statuses and its proposal events."""
+        run = self._run(run_id)
+        counts = dict.fromkeys(("static", "refuted", "faulted", "gated", "evaluated", "pending"), 0)
+        for row in self.store.candidates(run.id):
+            if row.proposer == BASELINE:
+                continue
+            if row.status == "rejected":
+                kind = "refuted" if row.message.startswith("verification: ") else "static"
+            else:
+                kind = row.status if row.status in counts else "faulted"
+            counts[kind] += 1
+        events = [e.kind for e in self.store.events(run.id)]
+        return Budget(events.count("proposal-duplicate"), events.count("proposal-failed"), **counts)
+
     def verification(self, run_id: str) -> VerificationCounts:
         """Verdicts per property, the hard property that rejected each candidate, and time per candidate."""
         run = self._run(run_id)
@@ -386,6 +423,7 @@ class ReadModel:
             verification=self.verification(info.run_id),
             failures=self.failures(info.run_id),
             holdout=self.holdout(info.run_id),
+            budget=self.budget(info.run_id),
         )
 
     def holdout(self, run_id: str) -> HoldoutReport | None:

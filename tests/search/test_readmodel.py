@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from in_process import InProcess
 from sqlalchemy import inspect, text
 
 from search.cli import main
+from search.proposers.base import Proposal, ProposalFailed, ProposalRequest
 from search.proposers.evolve import EvolveProposer
 from search.readmodel import ReadModel
 from search.service import RunService, prepare
@@ -134,3 +136,42 @@ def test_read_only_commands_never_create_a_database(
         assert exit_info.value.code == 2
         assert capsys.readouterr().err.strip() == f"crucible: error: no database at {missing}"
     assert not missing.exists()
+
+
+@dataclass
+class Scripted:
+    """A proposer that replies from a script, in order: a source, or None for a proposal that fails."""
+
+    script: list[str | None]
+    name: str = "scripted"
+    concurrency: int = 1
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        source = self.script.pop(0)
+        if source is None:
+            raise ProposalFailed("scripted: no program this time")
+        return Proposal(source=source, proposer=self.name)
+
+
+_KEEPS_HITS = "def priority(b, p):\n    return b.hits + b.last_access\n"
+
+
+def test_runs_show_says_where_the_budget_went(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    runs = RunService(Store(open_engine(url)))
+    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=3, trials=TRIALS, workers=1))
+    script: list[str | None] = [
+        _KEEPS_HITS,
+        _KEEPS_HITS,  # the same program again: discarded, proposed again
+        None,
+        "def priority(b, p):\n    return b.hits / b.age\n",  # age can be 0: refuted by the verifier
+        "def priority(b, p):\n    return b.recompute_ms\n",  # no such feature: the static check
+    ]
+    runs.execute(info.run_id, InProcess(), Scripted(script))
+    budget = ReadModel(Store(open_engine(url, create=False))).budget(info.run_id)
+    assert (budget.duplicates, budget.failed_proposals, budget.static, budget.refuted) == (1, 1, 1, 1)
+    assert (budget.faulted, budget.gated + budget.evaluated, budget.pending) == (0, 1, 0)
+    main(["runs", "show", info.run_id, "--db", url])
+    assert "budget: 1 duplicates and 1 failed proposals discarded; 1 rejected by the static check, " in (
+        capsys.readouterr().out.replace("\n", " ")
+    )
