@@ -86,6 +86,22 @@ BLOCK_FEATURES = FeatureRegistry(
             _INF,
             "mean interval between those turns (0 for a first turn): how soon the conversation came back",
         ),
+        Feature(
+            "ewma_hit_age",
+            "s",
+            0.0,
+            _INF,
+            "population: moving average (weight 0.01) of a block's age when it is hit, over the hits so far "
+            "(0 before the first): how long reused blocks waited",
+        ),
+        Feature(
+            "ewma_evict_age",
+            "s",
+            0.0,
+            _INF,
+            "population: moving average (weight 0.01) of a block's age when it is evicted, over the "
+            "evictions so far (0 before the first): how long the cache keeps what it drops",
+        ),
     ),
     relations=(
         "age == now - last_access",

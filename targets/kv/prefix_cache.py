@@ -46,6 +46,7 @@ TIME_VARYING = frozenset(
     {"now", "age", "lifetime", "reuse_mean", "last_interval", "since_evicted"}
     | {"pop_hits_p50", "pop_hits_p90", "pop_age_p50", "pop_age_p90"}
     | {"parent_age", "parent_requests"}
+    | {"ewma_hit_age", "ewma_evict_age"}
 )
 """Features that change while a block sits untouched (reuse_mean and last_interval do while it was used
 once; the parent's features when a sibling's request passes the parent); a key reading none of them scores
@@ -57,6 +58,8 @@ COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions",
 _NEVER_EVICTED = -1.0
 _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
+_EWMA_WEIGHT = 0.01
+"""Weight of the newest value in the population's moving averages (about the last hundred hits, evictions)."""
 
 # Per-block state columns.
 (
@@ -165,7 +168,7 @@ def _sift_down(hs, hq, hr, n, i):
 @njit(cache=True)
 def _fill_row(X, j, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
     """Write the registry features of block b at time `now`, after `requests` requests, into row j (column
-    order of BLOCK_FEATURES; the population columns 15 to 18 are the caller's)."""
+    order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's)."""
     accesses = S[b, _ACCESSES]
     X[j, 0] = now
     X[j, 1] = S[b, _LAST]
@@ -192,7 +195,7 @@ def _fill_row(X, j, b, now, requests, S, parent, depth, block_tokens, prefix_tok
     X[j, 21] = S[p, _ACCESSES] if p >= 0 else requests
     X[j, 22] = S[b, _TURNS]
     X[j, 23] = S[b, _TURN_GAP]
-    X[j, 24] = S[b, _NEXT_USE]
+    X[j, 26] = S[b, _NEXT_USE]
 
 
 @njit(cache=True)
@@ -212,6 +215,13 @@ def _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps):
     if seen >= offsets[j + 1] - offsets[j] - 1:
         req_turns[r] = req_turns[j] + 1.0
         req_gaps[r] = req_gaps[j] + (now - times[j])
+
+
+@njit(cache=True)
+def _ewma(ewma, i, value):
+    """Fold a value into the moving average at ewma[i] (its count at ewma[i + 1]); the first one sets it."""
+    ewma[i] = value if ewma[i + 1] == 0.0 else ewma[i] + _EWMA_WEIGHT * (value - ewma[i])
+    ewma[i + 1] += 1.0
 
 
 @njit(cache=True)
@@ -355,6 +365,7 @@ def _replay(
     req_hits = np.zeros(n_req, np.int64)
     req_turns = np.ones(n_req, np.float64)
     req_gaps = np.zeros(n_req, np.float64)  # sum of the intervals between a conversation's turns so far
+    ewma = np.zeros(4, np.float64)  # age at a hit and its count, age at an eviction and its count
     ev_req = np.empty(n_acc if record else 0, np.int64)
     ev_block = np.empty(n_acc if record else 0, np.int64)
 
@@ -397,6 +408,7 @@ def _replay(
                 counters[2] += 1
                 counters[4] += block_tokens[b]
                 S[b, _HITS] += 1.0
+                _ewma(ewma, 0, now - S[b, _PREV])  # its access before this one
                 pinned[b] = True
                 freq[b] = min(freq[b] + 1, 3)
             elif qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out of the ghost
@@ -418,7 +430,7 @@ def _replay(
                         held[n_held], held_s[n_held] = b, score
                         n_held += 1
                         continue
-                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if p >= 0 and not pinned[p]:
                     chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
                     if pn == 0 or _before(chained_s, S[p, _SEQ], ps[0], pq[0]):
@@ -446,10 +458,12 @@ def _replay(
                     m += 1
             h50, h90 = _percentiles(tmp_hits, m) if population & POP_HITS else (0.0, 0.0)
             a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
+            hit_age, evict_age = ewma[0], ewma[2]  # as the request arrives, like the percentiles
             for j in range(m):  # each row filled and scored in one pass, while it is in cache
                 b = row_block[j]
                 _fill_row(X, j, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
                 X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
+                X[j, 24], X[j, 25] = hit_age, evict_age
                 s = f(X, j, params)
                 hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[b, _SEQ], j
             hn = m
@@ -457,10 +471,11 @@ def _replay(
             while need > 0 and hn > 0:
                 j, hn = _heap_pop(hs, hq, hr, hn)
                 b = row_block[j]
-                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
                     _fill_row(X, m, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
                     X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
+                    X[m, 24], X[m, 25] = hit_age, evict_age
                     row_block[m] = p
                     s = f(X, m, params)
                     hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
@@ -515,7 +530,7 @@ def _replay(
                         if size[_Q_GHOST] >= ghost_cap:
                             _q_remove(tail[_Q_GHOST], qid, nxt, prv, head, tail, size)
                         _q_push_head(_Q_GHOST, o, qid, nxt, prv, head, tail, size)
-                n_leaves, _ = _drop(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves)
+                n_leaves, _ = _drop(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if record:
                     ev_req[counters[5]] = r
                     ev_block[counters[5]] = o
@@ -580,7 +595,7 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     X[0, 19] = S[b, _FRONTIER]
     X[0, 22] = S[b, _TURNS]
     X[0, 23] = S[b, _TURN_GAP]
-    X[0, 24] = S[b, _NEXT_USE]
+    X[0, 26] = S[b, _NEXT_USE]
     s = f(X, 0, params)
     return s if s == s else -np.inf
 
@@ -614,8 +629,9 @@ def _leaf_remove(b, leaves, leaf_pos, n_leaves):
 
 
 @njit(cache=True)
-def _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves):
+def _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma):
     """Evict leaf b into its ghost history; returns the new leaf count and the parent if it became a leaf."""
+    _ewma(ewma, 2, now - S[b, _LAST])
     n_leaves = _leaf_remove(b, leaves, leaf_pos, n_leaves)
     cached[b] = False
     S[b, _EVICTIONS] += 1.0

@@ -1,7 +1,8 @@
-"""The reuse features (frontier, parent_age, parent_requests, turns, turn_gap) take the values their docs
-say on hand-built traces, a key reading them is verified on their declared domains and relations, and adding
-them moved no baseline: the shipped head's hit and eviction counts are those of the README's first table.
-The LLM prompt shows them and the offline proposer's mutations draw them."""
+"""The reuse features (frontier, parent_age, parent_requests, turns, turn_gap, the population's moving
+averages ewma_hit_age and ewma_evict_age) take the values their docs say on hand-built traces, a key reading
+them is verified on their declared domains and relations, and adding them moved no baseline: the shipped
+head's hit and eviction counts are those of the README's first table. The LLM prompt shows them and the
+offline proposer's mutations draw them."""
 
 from __future__ import annotations
 
@@ -126,6 +127,20 @@ def test_turns_and_turn_gap_count_a_conversation_by_the_requests_that_extend_it(
     assert {float(row[_COLUMN["now"]]) for row in rows} == {50.0}
 
 
+def test_the_population_averages_follow_the_ages_of_hits_and_evictions_as_each_request_arrives() -> None:
+    # hits before t=5 s: block 1 at ages 1 s and 1 s, block 2 at 2 s; evictions at t=5 s: 5 and 3 at ages 4 s
+    # and 3 s. Each average starts at its first value and moves 1 % of the way to each later one.
+    hit_age = 1.0 + 0.01 * (2.0 - 1.0)
+    expected = {5.0: (hit_age, 0.0), 9.0: (hit_age, 4.0 + 0.01 * (3.0 - 4.0))}
+    seen = {
+        float(row[_COLUMN["now"]]): (row[_COLUMN["ewma_hit_age"]], row[_COLUMN["ewma_evict_age"]])
+        for row in _scored_rows()
+    }
+    assert seen.keys() == expected.keys()
+    for now, values in expected.items():
+        assert seen[now] == pytest.approx(values)
+
+
 def test_the_reuse_features_are_in_the_registry_with_unit_domain_and_doc() -> None:
     assert BLOCK_FEATURES["frontier"].unit == "0/1" and BLOCK_FEATURES["frontier"].integer
     assert (BLOCK_FEATURES["frontier"].low, BLOCK_FEATURES["frontier"].high) == (0.0, 1.0)
@@ -140,6 +155,8 @@ def test_the_reuse_features_are_in_the_registry_with_unit_domain_and_doc() -> No
     assert BLOCK_FEATURES["turn_gap"].unit == "s"
     # both are set when the block is used and stay until it is used again: no rescoring while it sits
     assert not {"turns", "turn_gap"} & TIME_VARYING
+    for name in ("ewma_hit_age", "ewma_evict_age"):  # listeners on the population: they move as requests do
+        assert (BLOCK_FEATURES[name].unit, BLOCK_FEATURES[name].low) == ("s", 0.0) and name in TIME_VARYING
 
 
 # Hits and evictions of every baseline on the shipped head at 2,000 blocks, as measured before the reuse
@@ -189,6 +206,8 @@ _VERDICTS = [
     ("b.age / b.turns", "no-division-by-zero", "proved"),  # a first turn counts 1
     ("b.age / b.turn_gap", "no-division-by-zero", "counterexample"),  # 0 for a first turn
     ("log(b.turns) + sqrt(b.turn_gap)", "no-log-of-non-positive", "proved"),
+    ("b.age / (1 + b.ewma_hit_age)", "no-division-by-zero", "proved"),
+    ("b.age / b.ewma_evict_age", "no-division-by-zero", "counterexample"),  # 0 before the first eviction
 ]
 
 
@@ -207,7 +226,7 @@ def test_a_key_over_the_reuse_features_is_verified_on_their_declared_domain(
             to_python(program, "priority")(inputs, result.counterexample["params"])
 
 
-_REUSE = ("frontier", "parent_age", "parent_requests", "turns", "turn_gap")
+_REUSE = ("frontier", "parent_age", "parent_requests", "turns", "turn_gap", "ewma_hit_age", "ewma_evict_age")
 
 
 def test_the_llm_prompt_shows_each_reuse_feature_with_unit_domain_and_doc() -> None:
