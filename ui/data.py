@@ -16,6 +16,7 @@ import streamlit as st
 from search.importance import param_importances as _param_importances
 from search.readmodel import (
     BaselineInfo,
+    Budget,
     CandidateInfo,
     EventInfo,
     HoldoutReport,
@@ -74,6 +75,11 @@ def proposer_stats(url: str, run_id: str) -> list[ProposerStats]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def failures(url: str, run_id: str) -> dict[str, int]:
     return _read_model(url).failures(run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def budget(url: str, run_id: str) -> Budget:
+    return _read_model(url).budget(run_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from search.readmodel import (
     BaselineInfo,
+    Budget,
     CandidateInfo,
     EvaluationInfo,
     HoldoutReport,
@@ -49,6 +50,27 @@ def runs_frame(runs: Sequence[RunInfo]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+BUDGET_STAGES = {
+    "duplicates": "duplicate proposals (discarded)",
+    "failed_proposals": "failed proposals (no program)",
+    "static": "rejected by the static check",
+    "refuted": "refuted by the verifier",
+    "faulted": "failed in the sandbox",
+    "gated": "gated by the cascade",
+    "evaluated": "evaluated",
+    "pending": "pending",
+}
+"""The read model's Budget fields in the order a proposal meets them, as the page names them."""
+
+
+def budget_frame(budget: Budget) -> pd.DataFrame:
+    """Where the run's proposals went, stage by stage (stages with none left out)."""
+    counts = budget.to_json()
+    return pd.DataFrame(
+        [{"stage": name, "count": counts[key]} for key, name in BUDGET_STAGES.items() if counts[key]]
+    )
 
 
 def holdout_frame(report: HoldoutReport) -> pd.DataFrame:

@@ -163,6 +163,19 @@ def test_run_failures_by_class_and_the_per_proposer_table(seeded: Seeded, open_p
     assert list(table["rejected"]) == [s.rejected for s in stats]
 
 
+def test_run_shows_where_the_budget_went_as_the_read_model_counts_it(seeded: Seeded, open_page) -> None:
+    run = seeded.stopped
+    budget = seeded.read.budget(run.run_id)
+    assert budget.static == 1 and budget.refuted == 1, "the scripted replies outside the subset and refuted"
+    at = open_page(seeded.url, "views/run.py", run=run.run_id)
+    shown = next(t.value for t in at.dataframe if list(t.value.columns) == ["stage", "count"])
+    stages = dict(zip(shown["stage"], shown["count"], strict=True))
+    assert stages["rejected by the static check"] == 1
+    assert stages["refuted by the verifier"] == 1
+    assert stages["evaluated"] == budget.evaluated
+    assert sum(stages.values()) == sum(budget.to_json().values())
+
+
 def test_leaderboard_filters_by_proposer_and_model(seeded: Seeded, open_page) -> None:
     run = seeded.stopped
     at = open_page(seeded.url, "views/run.py", run=run.run_id)

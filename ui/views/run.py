@@ -156,6 +156,8 @@ def islands_tab(run: RunInfo, candidates: list[CandidateInfo]) -> None:
 
 
 def failures_tab(run: RunInfo) -> None:
+    st.markdown("**Where the budget went**")
+    st.dataframe(frames.budget_frame(states.read(data.budget, url, run.run_id)), hide_index=True)
     failures = states.read(data.failures, url, run.run_id)
     if not failures:
         st.success("No proposed candidate failed.")
