@@ -6,6 +6,7 @@ served twice on the same scaled-down slice (priced by the cost model, and run on
 engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT.
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
+        [--profile cpu-2core]
 
 Takes about a minute on 2 cores.
 """
@@ -31,13 +32,15 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=25.0)
     parser.add_argument("--token-divisor", type=int, default=8)
     parser.add_argument("--max-output", type=int, default=32)
+    parser.add_argument("--profile", default="cpu-2core", help="shipped, or a file `crucible profile` wrote")
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
     crucible(
-        ["validate", "--target", "batching", "--workload", args.trace, "--requests", args.requests,
+        ["validate", "--target", "batching", "--check", "--workload", args.trace, "--requests", args.requests,
          "--capacity", str(args.capacity), "--block-tokens", str(args.block_tokens), "--load", str(args.load),
          "--token-divisor", str(args.token_divisor), "--max-output", str(args.max_output),
-         "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND), "--sandbox", args.sandbox]
+         "--profile", args.profile, "--sandbox", args.sandbox,
+         "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)]
     )  # fmt: skip
 
 

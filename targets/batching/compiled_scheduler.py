@@ -33,10 +33,10 @@ a row with start -1 and tokens 0 says it was preempted there (after the iteratio
 class Pricing:
     """A cost model as the arrays the compiled loop reads (what PricedExecutor computes, in one place)."""
 
-    linear: np.ndarray  # ms of every layer's work but attention, for 0..max_tokens tokens
-    head: np.ndarray  # ms of the final norm and LM head, for 0..max_sequences rows
-    prefill: np.ndarray  # attn_prefill's coefficients (launch, tiles, macs, kv_read, kv_written)
-    decode: np.ndarray  # attn_decode's coefficients (launch, sequences, kv_elements)
+    linear: np.ndarray  # ms of a pass's work per token (CostModel.linear_ms), for 0..max_tokens tokens
+    head: np.ndarray  # ms per pass and per sequence (CostModel.head_ms), for 0..max_sequences rows
+    prefill: np.ndarray  # attn_prefill's coefficients in a pass (launch, tiles, macs, kv_read, kv_written)
+    decode: np.ndarray  # attn_decode's coefficients inside a pass (launch, sequences, kv_elements)
     layers: float
     width: float  # heads x head_dim
 
@@ -45,8 +45,8 @@ class Pricing:
         return cls(
             linear=model.linear_ms(np.arange(max_tokens + 1)),
             head=model.head_ms(np.arange(max_sequences + 1)),
-            prefill=np.array(model.profile.operator("attn_prefill").coef, dtype=np.float64),
-            decode=np.array(model.profile.operator("attn_decode").coef, dtype=np.float64),
+            prefill=np.array(model.in_pass("attn_prefill").coef, dtype=np.float64),
+            decode=np.array(model.in_pass("attn_decode").coef, dtype=np.float64),
             layers=float(model.model.layers),
             width=float(model.model.heads) * float(model.model.head_dim),
         )

@@ -5,7 +5,10 @@ and once run on real kernels (targets/batching/engine.py), and returns both sets
 scaled down to fit the engine on 2 cores: token counts and the token budget divided by `token_divisor`
 (KV blocks are `block_tokens` after the division, the size the profile's attention was measured at),
 outputs capped at `max_output`, arrivals made `load` times as dense. Policies are ranked by mean TTFT:
-every request counts, and unlike a share meeting SLOs it does not saturate on a short slice.
+every request counts, and unlike a share meeting SLOs it does not saturate on a short slice. The checks
+are kv's: the rankings agree (Kendall tau-b >= 0.8) and every policy's mean TTFT is within 25 % of the
+engine's. Both sides time the same clock (the thread's CPU time), so the profile that prices the simulator
+should be measured on the machine, and under the load, the engine runs on.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from targets.base import Compared, Instance, Option, OptionError, Validation, request_window
+from targets.base import Check, Compared, Instance, Option, OptionError, Validation, request_window
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 
 from .target import DEFAULTS, BatchingTarget, load_workload
@@ -69,5 +72,6 @@ VALIDATION = Validation(
     ),
     rank_by="mean TTFT ms",
     direction="minimize",
+    checks=(Check("kendall_tau", at_least=0.8), Check("error_max", at_most=0.25)),
     requires=("torch",),
 )

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,10 @@ def _elementwise(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     return [np.ones_like(s["m"]), s["m"] * s["width"]]
 
 
+def _forward(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return [s["ops_ms"], np.ones_like(s["tokens"]), s["tokens"], s["sequences"]]
+
+
 def _message(s: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     return [np.ones_like(s["bytes"]), s["bytes"]]
 
@@ -77,13 +81,23 @@ OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
     ),
     "norm": (("m", "width"), ("launch", "elements"), _elementwise),
     "act": (("m", "width"), ("launch", "elements"), _elementwise),
+    "forward": (
+        ("ops_ms", "tokens", "sequences"),
+        ("operators", "launch", "tokens", "sequences"),
+        _forward,
+    ),
 }
 """Compute operators: the shape keys a sample carries, the names of its work terms, and the terms.
 
 gemm: an (m x k) by (k x n) product. attn_prefill: q new tokens attending causally over ctx cached and
 the q new keys. attn_decode: one new token per sequence of a batch, over `keys` keys in all (the sum of
 the batch's contexts, each including its new token). norm: add a residual and RMS-normalize m x width.
-act: the gated activation of m x width. The engine's ops (targets/engine/ops.py) are exactly these."""
+act: the gated activation of m x width. The engine's ops (targets/engine/ops.py) are exactly these.
+forward: one whole forward pass over a batch of `sequences` rows and `tokens` tokens whose operators, priced
+by the fits above, take ops_ms: those operators as they run inside the pass (a factor on ops_ms) and the
+pass's own work outside any of them (per pass, per token, per sequence), fitted to timed whole passes."""
+PASS = "forward"
+"""The operator fitted over whole forward passes rather than one kernel; measured after the others."""
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "send_recv")
 """Collectives, each fitted per group size over the message size in bytes (launch + bytes)."""
@@ -254,9 +268,11 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
-SHIPPED = ("cpu-2core", "h100-vidur")
-"""Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`,
-and the H100 from Vidur's measured operator and NCCL timings."""
+SHIPPED = ("cpu-2core", "cpu-2core-busy", "h100-vidur")
+"""Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`
+on an idle machine before whole passes were timed, the same machine measured with them while other jobs
+ran (the profile the batching validation's figures are priced with), and the H100 from Vidur's measured
+operator and NCCL timings."""
 DEFAULT_PROFILE = "cpu-2core"
 
 
@@ -333,15 +349,7 @@ class CostModel:
 
     def decode_ms(self, contexts: Sequence[int]) -> float:
         """One decode iteration: a new token for each sequence, each over its cached context plus itself."""
-        batch = len(contexts)
-        if batch == 0:
-            return 0.0
-        keys = float(sum(contexts)) + batch
-        attn = self.profile.operator("attn_decode").predict(
-            batch=batch, heads=self.model.heads, head_dim=self.model.head_dim, keys=keys
-        )
-        b = np.float64(batch)
-        return float(self.model.layers * (self._layer_linear(b) + attn) + self._head(b))
+        return self.iteration_ms([], [], contexts)
 
     def collective_ms(self, op: str, nbytes: float, group: int) -> float:
         """Time of one collective over `group` ranks for a message of `nbytes` bytes per rank."""
@@ -353,26 +361,71 @@ class CostModel:
             raise ProfileError(f"profile {self.profile.name!r} has no {op} over {group} ranks (have: {have})")
         return float(by_group[group].predict(bytes=nbytes))
 
+    def operators_ms(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int], decode_contexts: Sequence[int]
+    ) -> float:
+        """The operators of one continuous batch's forward pass, each priced as profiled alone: the
+        projections and MLP over all its tokens, attention per prefill chunk and batched over the decodes,
+        the head over each sequence's last token. What a whole pass is fitted over (the forward operator)."""
+        sequences = len(new_tokens) + len(decode_contexts)
+        if sequences == 0:
+            return 0.0
+        tokens = float(np.sum(new_tokens)) + len(decode_contexts)
+        attn = self.profile.operator("attn_prefill").predict(
+            heads=self.model.heads,
+            head_dim=self.model.head_dim,
+            q=np.asarray(new_tokens),
+            ctx=np.asarray(cached_tokens),
+        )
+        decode = self._attn_decode(self.profile.operator("attn_decode"), decode_contexts)
+        return float(
+            self.model.layers * (self._layer_linear(np.float64(tokens)) + float(np.sum(attn)))
+            + decode
+            + self._head(np.float64(sequences))
+        )
+
+    def _pass(self) -> tuple[float, float, float, float]:
+        """The forward fit's (operators factor, ms per pass, per token, per sequence); a profile without
+        timed whole passes (Vidur's has none) prices a pass as the sum of its operators."""
+        if PASS not in self.profile.operators:
+            return 1.0, 0.0, 0.0, 0.0
+        scale, launch, token, sequence = self.profile.operators[PASS].coef
+        return scale, launch, token, sequence
+
+    def in_pass(self, op: str) -> Fit:
+        """An operator's fit as it runs inside a forward pass: its coefficients times the pass's factor."""
+        fitted = self.profile.operator(op)
+        return replace(fitted, coef=tuple(c * self._pass()[0] for c in fitted.coef))
+
     def linear_ms(self, tokens: Any) -> np.ndarray:
-        """Every layer's work but attention (norms, projections, MLP) over `tokens` tokens (broadcast)."""
-        return self.model.layers * self._layer_linear(np.asarray(tokens, dtype=np.float64))
+        """A pass's work that grows with its `tokens` tokens (arrays broadcast): every layer's norms,
+        projections and MLP, and the pass's own per-token work."""
+        scale, _, token, _ = self._pass()
+        t = np.asarray(tokens, dtype=np.float64)
+        return scale * self.model.layers * self._layer_linear(t) + token * t
 
     def head_ms(self, rows: Any) -> np.ndarray:
-        """The final norm and LM head over `rows` positions (arrays broadcast)."""
-        return self._head(np.asarray(rows, dtype=np.float64))
+        """A pass's work per pass and per sequence, for `rows` sequences (arrays broadcast): the final norm
+        and LM head over each sequence's last position, and the pass's own work outside any operator."""
+        scale, launch, _, sequence = self._pass()
+        r = np.asarray(rows, dtype=np.float64)
+        return scale * self._head(r) + launch + sequence * r
 
     def attn_prefill_ms(self, new_tokens: Any, cached_tokens: Any) -> np.ndarray:
-        """Every layer's attention for chunks of `new_tokens` over `cached_tokens` each (arrays broadcast)."""
-        return self.model.layers * self.profile.operator("attn_prefill").predict(
+        """Every layer's attention for chunks of `new_tokens` over `cached_tokens` each, inside a pass."""
+        return self.model.layers * self.in_pass("attn_prefill").predict(
             heads=self.model.heads, head_dim=self.model.head_dim, q=new_tokens, ctx=cached_tokens
         )
 
     def attn_decode_ms(self, contexts: Sequence[int]) -> float:
-        """Every layer's attention of one decode iteration: a new token per context, over it and itself."""
+        """Every layer's attention of one decode iteration inside a pass: a new token per context."""
+        return self._attn_decode(self.in_pass("attn_decode"), contexts)
+
+    def _attn_decode(self, fitted: Fit, contexts: Sequence[int]) -> float:
         if not len(contexts):
             return 0.0
         keys = float(np.sum(contexts)) + len(contexts)
-        attn = self.profile.operator("attn_decode").predict(
+        attn = fitted.predict(
             batch=len(contexts), heads=self.model.heads, head_dim=self.model.head_dim, keys=keys
         )
         return float(self.model.layers * attn)
@@ -382,9 +435,9 @@ class CostModel:
     ) -> float:
         """One forward pass of a continuous batch, prefill chunks and decodes mixed (vLLM V1, Sarathi-Serve).
 
-        The projections and MLP run fused over all the batch's tokens, attention per prefill chunk (its new
-        tokens over its cached context) and batched over the decodes, and the head over each sequence's
-        last token. One chunk alone costs prefill_ms, decodes alone decode_ms.
+        The pass's operators (operators_ms) as they run inside it, plus its own work outside them, as the
+        forward fit has it; the sum of linear_ms, the attentions and head_ms, the parts the simulators
+        tabulate.
         """
         sequences = len(new_tokens) + len(decode_contexts)
         if sequences == 0:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from targets.engine import ops
 
-from .model import COLLECTIVES, OPERATORS, Fit, Profile, Sample, fit, hold_back
+from .model import COLLECTIVES, OPERATORS, PASS, CostModel, Fit, Profile, Sample, fit, hold_back
 from .shapes import ModelShape
 
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -35,6 +35,14 @@ POOL_BLOCKS = 4096
 caches as a pool of just the sequences' blocks would be."""
 DECODE_BATCH = (1, 4, 16, 32)
 DECODE_CTX = (16, 256, 1024, 2048)
+PASS_DECODES = (0, 1, 2, 4, 8, 16, 32)
+PASS_CHUNKS = ((), (16,), (128,), (64, 64))
+PASS_LONG = ((512,), (2048,))
+PASS_CONTEXT = ((32, 0), (256, 256))
+"""Batch compositions of the timed whole forward passes: every number of decodes with no prefill chunk, one
+short or long chunk, or two, and a few decodes beside a chunk of a whole token budget (PASS_LONG); decodes
+over 32 cached tokens beside chunks from scratch, or over 256 beside chunks over 256 (PASS_CONTEXT: a
+decode's context, a chunk's cached tokens)."""
 MESSAGE_BYTES = tuple(2**e for e in range(10, 25))
 
 
@@ -51,8 +59,18 @@ class Settings:
     seed: int = 0
 
 
-def time_ms(fn: Callable[[], object], settings: Settings) -> float:
-    """The median wall time of fn in ms: warm-ups first, then at least `repeats` runs and `min_seconds`."""
+def compute_clock(device: str) -> Callable[[], float]:
+    """The clock that times computation in seconds: on a CPU, the CPU time of the thread that computes (one
+    thread per process, as sandbox jobs run), which equals its wall time on an idle machine and leaves out
+    time the OS gives other processes on a shared one; on a GPU, wall time (with a sync)."""
+    return time.perf_counter if device == "cuda" else time.thread_time
+
+
+def time_ms(
+    fn: Callable[[], object], settings: Settings, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """The median time of fn in ms on `clock`: warm-ups first, then at least `repeats` runs and
+    `min_seconds` of wall time."""
     sync = torch.cuda.synchronize if settings.device == "cuda" else (lambda: None)
     for _ in range(settings.warmup):
         fn()
@@ -60,10 +78,10 @@ def time_ms(fn: Callable[[], object], settings: Settings) -> float:
     times: list[float] = []
     deadline = time.perf_counter() + settings.min_seconds
     while len(times) < settings.repeats or (time.perf_counter() < deadline and len(times) < 50):
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((clock() - start) * 1e3)
     return statistics.median(times)
 
 
@@ -144,10 +162,11 @@ def measure_compute(
 ) -> dict[str, list[Sample]]:
     """Median times of every operator at every shape the model needs."""
     torch.set_num_threads(settings.threads)
-    samples: dict[str, list[Sample]] = {op: [] for op in OPERATORS}
+    samples: dict[str, list[Sample]] = {op: [] for op in OPERATORS if op != PASS}
+    clock = compute_clock(settings.device)
     with torch.inference_mode():
         for op, shape in _compute_cases(model):
-            ms = time_ms(_runner(op, shape, settings.device, block, weight_bytes(model)), settings)
+            ms = time_ms(_runner(op, shape, settings.device, block, weight_bytes(model)), settings, clock)
             keys = OPERATORS[op][0]
             samples[op].append(Sample({k: float(shape[k]) for k in keys}, ms))
             progress(f"{op} {shape}: {ms:.4f} ms")
@@ -221,6 +240,64 @@ def measure_collectives(world: int, settings: Settings) -> dict[str, list[Sample
     return samples
 
 
+def _compositions() -> Iterator[tuple[list[int], list[int], list[int]]]:
+    """(chunk sizes, their cached tokens, decode contexts) of every timed pass."""
+    short = itertools.product(PASS_DECODES, PASS_CHUNKS, PASS_CONTEXT)
+    long = itertools.product(PASS_DECODES[::3], PASS_LONG, PASS_CONTEXT)
+    for decodes, chunks, (context, cached) in itertools.chain(short, long):
+        if decodes or chunks:
+            yield list(chunks), [cached] * len(chunks), [context] * decodes
+
+
+def measure_passes(
+    model: ModelShape,
+    settings: Settings,
+    block: int,
+    operators: dict[str, Fit],
+    progress: Callable[[str], None],
+) -> list[Sample]:
+    """Whole forward passes of the engine (targets/engine/model.py) at a grid of batch compositions, each
+    with what its operators cost as profiled alone (ops_ms), to fit the pass over them. Runs on the CPU, where
+    the engine runs. The passes are timed in rounds, each after a different one, as a server runs them: a
+    pass repeated back to back would find its own data and code paths warm (about 14 % faster)."""
+    from targets.engine.model import KVPool, Transformer
+
+    torch.set_num_threads(settings.threads)
+    transformer = Transformer(model, seed=settings.seed)
+    pool = KVPool.empty(model, POOL_BLOCKS, block)
+    alone = CostModel(Profile("alone", settings.device, "", model, operators, {}), model)
+    g = torch.Generator().manual_seed(settings.seed)
+    scattered = torch.randperm(POOL_BLOCKS, generator=g)
+    compositions = list(_compositions())
+    batches = []
+    for chunks, cached, contexts in compositions:
+        rows, used = [], 0
+        for new, start in [*zip(chunks, cached, strict=True), *((1, c) for c in contexts)]:
+            blocks = -(-(start + new) // block)
+            tokens = torch.randint(model.vocab, (new,), generator=g)
+            rows.append((tokens, scattered[used : used + blocks], start))
+            used += blocks
+        batches.append(rows)
+    clock = compute_clock("cpu")
+    times: list[list[float]] = [[] for _ in batches]
+    for round_ in range(settings.warmup + settings.repeats):
+        for i in torch.randperm(len(batches), generator=g).tolist():
+            start = clock()
+            transformer.forward(pool, batches[i])
+            if round_ >= settings.warmup:
+                times[i].append((clock() - start) * 1e3)
+        progress(f"forward passes, round {round_ + 1} of {settings.warmup + settings.repeats}")
+    samples = []
+    for (chunks, cached, contexts), rows, ms in zip(compositions, batches, times, strict=True):
+        shape = {
+            "ops_ms": alone.operators_ms(chunks, cached, contexts),
+            "tokens": float(sum(chunks) + len(contexts)),
+            "sequences": float(len(rows)),
+        }
+        samples.append(Sample(shape, statistics.median(ms)))
+    return samples
+
+
 def profile(
     model: ModelShape, settings: Settings, name: str, block: int, progress: Callable[[str], None]
 ) -> Profile:
@@ -229,6 +306,8 @@ def profile(
     operators: dict[str, Fit] = {
         op: fit(op, hold_back(s, settings.seed + i)) for i, (op, s) in enumerate(compute.items())
     }
+    passes = measure_passes(model, settings, block, operators, progress)
+    operators[PASS] = fit(PASS, hold_back(passes, settings.seed + len(operators)))
     collectives: dict[str, dict[int, Fit]] = {op: {} for op in COLLECTIVES}
     for world in settings.groups:
         progress(f"collectives over {world} processes")
@@ -244,7 +323,9 @@ def profile(
         collectives=collectives,
         notes=(
             f"medians of >= {settings.repeats} runs after {settings.warmup} warm-ups, "
-            f"{settings.threads} thread(s) per process; a seeded quarter of each operator's shapes is "
+            f"{settings.threads} thread(s) per process, computation timed in "
+            f"{'wall' if settings.device == 'cuda' else 'thread CPU'} time; whole forward passes of the "
+            "engine (on the CPU) fitted over their operators; a seeded quarter of each operator's shapes is "
             "held back from its fit"
         ),
         meta={

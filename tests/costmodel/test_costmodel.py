@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -98,6 +99,51 @@ def test_decode_time_grows_with_batch_and_context() -> None:
     cost = CostModel.load("cpu-2core")
     assert cost.decode_ms([]) == 0.0
     assert 0 < cost.decode_ms([100]) < cost.decode_ms([100, 100]) < cost.decode_ms([1000, 100])
+
+
+PASS_TRUTH = (1.25, 0.4, 0.002, 0.03)
+"""A pass's operators 25 % slower than alone, 0.4 ms per pass, 2 us per token, 30 us per sequence."""
+
+
+def with_passes(profile: Profile) -> Profile:
+    """The profile with whole passes timed as PASS_TRUTH has them (noiseless), a quarter held back."""
+    alone = CostModel(profile, profile.model)
+    samples = []
+    for decodes in (0, 1, 4, 16, 32):
+        for chunks in ((), (16,), (128,), (64, 64), (2048,)):
+            if decodes or chunks:
+                ops = alone.operators_ms(list(chunks), [32] * len(chunks), [100] * decodes)
+                shape = {"ops_ms": ops, "tokens": sum(chunks) + decodes, "sequences": len(chunks) + decodes}
+                terms = (ops, 1.0, shape["tokens"], shape["sequences"])
+                samples.append(Sample(shape, sum(c * t for c, t in zip(PASS_TRUTH, terms, strict=True))))
+    return replace(profile, operators={**profile.operators, "forward": fit("forward", hold_back(samples, 0))})
+
+
+def test_timed_passes_give_the_factor_on_their_operators_and_their_own_work() -> None:
+    passes = with_passes(load_profile("cpu-2core")).operator("forward")
+    assert passes.coef == pytest.approx(PASS_TRUTH, rel=1e-6)
+    assert passes.errors()[1] < 1e-6
+
+
+def test_an_iteration_is_its_operators_as_they_run_inside_a_pass_plus_the_pass_s_own_work() -> None:
+    alone = CostModel.load("cpu-2core")
+    cost = CostModel(with_passes(alone.profile), alone.model)
+    scale, launch, per_token, per_sequence = PASS_TRUTH
+    chunks, cached, decodes = [200, 50], [100, 0], [37, 5, 80]
+    operators = alone.operators_ms(chunks, cached, decodes)
+    whole = scale * operators + launch + per_token * (250 + 3) + per_sequence * 5
+    assert cost.iteration_ms(chunks, cached, decodes) == pytest.approx(whole, rel=1e-6)
+    assert cost.decode_ms(decodes) == cost.iteration_ms([], [], decodes)
+    assert alone.iteration_ms(chunks, cached, decodes) == pytest.approx(operators, rel=1e-12), (
+        "without timed passes, a pass costs its operators"
+    )
+
+
+def test_the_forward_fit_leaves_prefill_and_the_prefill_a_hit_saves_as_profiled() -> None:
+    alone = CostModel.load("cpu-2core")
+    cost = CostModel(with_passes(alone.profile), alone.model)
+    assert cost.prefill_ms(512, 64) == alone.prefill_ms(512, 64)
+    assert cost.prefill_saved_ms(512, 256) == alone.prefill_saved_ms(512, 256)
 
 
 def test_the_h100_profile_prices_projections_and_nccl_but_refuses_to_invent_attention() -> None:

@@ -125,6 +125,8 @@ def test_profile_measures_every_operator_and_collective_into_a_loadable_file(tmp
     assert set(again.operators) == set(OPERATORS)
     assert all(set(again.collectives[op]) == {2} for op in COLLECTIVES)
     assert all(s.ms > 0 for f in again.operators.values() for s in f.samples)
+    passes = again.operators["forward"].samples
+    assert all(s.shape["ops_ms"] > 0 and s.shape["sequences"] >= 1 for s in passes)
     cost = CostModel(again, micro)
     assert cost.prefill_ms(64, 0) > 0 and cost.collective_ms("all_reduce", 2**20, 2) > 0
 

@@ -126,8 +126,9 @@ def test_a_horizon_stops_both_schedulers_at_the_same_iteration() -> None:
     assert np.array_equal(unrecorded.state, state, equal_nan=True) and unrecorded.end_s == end
 
 
-def test_an_iteration_costs_what_the_priced_executor_says_to_the_bit() -> None:
-    model, rng = cost_model(), np.random.default_rng(7)
+@pytest.mark.parametrize("profile", ["cpu-2core", "cpu-2core-busy"])  # without and with timed passes
+def test_an_iteration_costs_what_the_priced_executor_says_to_the_bit(profile: str) -> None:
+    model, rng = cost_model(profile), np.random.default_rng(7)
     pricing, priced = Pricing.of(model, 4096, 256), PricedExecutor(model, 4096, 256)
     for rows in [1, 2, 7, 8, 9, 17, 100, 129, 200]:
         tokens = np.where(rng.random(rows) < 0.5, 1, rng.integers(2, 4096 // rows + 3, rows))
