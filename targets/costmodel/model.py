@@ -268,11 +268,11 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
-SHIPPED = ("cpu-2core", "cpu-2core-busy", "h100-vidur")
+SHIPPED = ("cpu-2core", "h100-vidur", "cpu-2core-busy")
 """Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`
-on an idle machine before whole passes were timed, the same machine measured with them while other jobs
-ran (the profile the batching validation's figures are priced with), and the H100 from Vidur's measured
-operator and NCCL timings."""
+on an idle machine before whole passes were timed; the H100 from Vidur's measured operator and NCCL
+timings; and the 2-core CPU measured with timed passes while other jobs ran (the profile the batching
+validation's figures are priced with)."""
 DEFAULT_PROFILE = "cpu-2core"
 
 
