@@ -40,8 +40,8 @@ class EngineExecutor:
             r: prompt_tokens(r, int(n), model.shape.vocab, seed) for r, n in enumerate(requests.prompt_tokens)
         }
         self.logits: dict[int, list[torch.Tensor]] = {r: [] for r in range(requests.n)}
-        self.clock = compute_clock("cpu")
         """Every request's logits at each token it generated, in order: what batching must not change."""
+        self.clock = compute_clock("cpu")
 
     def __call__(self, batch: Batch) -> float:
         for r in batch.preempted.tolist():
