@@ -12,7 +12,8 @@ The default slice is the head of the Mooncake conversation trace at a capacity w
 LFU keeps about a fifth more prefix than LRU, the found heuristic twice as much, Belady five times (LRU and
 FIFO decide alike there, and tau-b counts that pair as a tie). Takes about a quarter of an hour on 2 quiet
 cores: every request with a hit is prefilled twice (over its cached prefix and from scratch), `--repeats`
-times each. Timings are wall clock: run it on an idle machine, as the profile was measured.
+times each. The engine times computation in the computing thread's CPU time (the profiler's clock), so a
+busy machine's other jobs do not count; their use of the caches and memory still does.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ requests at once under a batching policy is targets/batching/engine.py; this rep
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from targets.costmodel.profiler import compute_clock
 from targets.engine.model import KVPool, Transformer
 
 from .trace import Trace
@@ -30,7 +30,7 @@ from .trace import Trace
 
 @dataclass(frozen=True)
 class ReplayReport:
-    """Measured figures of one replay; times in ms of wall clock on this machine."""
+    """Measured figures of one replay; times in ms of the computing thread's CPU time on this machine."""
 
     requests: int
     prompt_tokens: int
@@ -56,9 +56,13 @@ def block_tokens(hash_id: int, size: int, vocab: int) -> torch.Tensor:
 
 
 def _timed(
-    fn: Callable[..., torch.Tensor], calls: tuple[tuple[Any, ...], ...], repeats: int, flip: bool = False
+    fn: Callable[..., torch.Tensor],
+    calls: tuple[tuple[Any, ...], ...],
+    repeats: int,
+    clock: Callable[[], float],
+    flip: bool = False,
 ) -> list[tuple[torch.Tensor, float]]:
-    """fn's result on each argument tuple and its median wall time in ms over `repeats` rounds.
+    """fn's result on each argument tuple and its median time in ms on `clock` over `repeats` rounds.
 
     The calls take turns within a round, in an order that reverses every round (and starts reversed with
     `flip`), so neither gains from the other's warm caches and a burst of load lands on both alike.
@@ -68,9 +72,9 @@ def _timed(
     for round_ in range(repeats):
         order = reversed(range(len(calls))) if (round_ % 2 == 1) != flip else range(len(calls))
         for i in order:
-            start = time.perf_counter()
+            start = clock()
             outs[i] = fn(*calls[i])
-            times[i].append((time.perf_counter() - start) * 1e3)
+            times[i].append((clock() - start) * 1e3)
     return [(out, statistics.median(t)) for out, t in zip(outs, times, strict=True)]
 
 
@@ -84,7 +88,12 @@ def replay(
     repeats: int = 3,
     decode: bool = True,
 ) -> ReplayReport:
-    """Serve every request of a trace whose blocks are whole blocks of the pool's block size."""
+    """Serve every request of a trace whose blocks are whole blocks of the pool's block size.
+
+    Computation is timed on the clock the profile's CPU kernels were timed on (the computing thread's CPU
+    time), so other jobs on a shared machine do not count as this replay's time.
+    """
+    clock = compute_clock("cpu")
     bs = trace.block_size
     lengths = np.diff(trace.offsets)
     out_blocks = -(-trace.output_tokens // bs) if decode else np.zeros_like(lengths)
@@ -131,11 +140,11 @@ def replay(
         reuse_args = (prompt[ctx:], pool, t, ctx)
         scratch_args = (prompt, pool, torch.arange(fresh, fresh + len(blocks)), 0)
         if ctx == 0:  # nothing cached: both prefills are the same kernels on the same data, so run once
-            ((full, ms_full),) = _timed(model.prefill, (reuse_args,), repeats)
+            ((full, ms_full),) = _timed(model.prefill, (reuse_args,), repeats, clock)
             logits, ms_reuse = full, ms_full
         else:
             pair = (reuse_args, scratch_args)
-            (logits, ms_reuse), (full, ms_full) = _timed(model.prefill, pair, repeats, flip=r % 2 == 1)
+            (logits, ms_reuse), (full, ms_full) = _timed(model.prefill, pair, repeats, clock, flip=r % 2 == 1)
         max_diff = max(max_diff, float((logits - full).abs().max()))
         full_ms.append(ms_full)
         reuse_ms.append(ms_reuse)
@@ -150,9 +159,9 @@ def replay(
         token = logits.argmax().reshape(1)
         tables = [torch.tensor(table)]
         for step in range(max(steps - 1, 0)):  # the prefill produced the first output token
-            start = time.perf_counter()
+            start = clock()
             token = model.decode(token, pool, tables, [n + step]).argmax(-1)
-            ms = (time.perf_counter() - start) * 1e3
+            ms = (clock() - start) * 1e3
             tpots.append(ms)
             clock_ms += ms
             busy_ms += ms

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from targets.costmodel.profiler import compute_clock  # noqa: E402
 from targets.costmodel.shapes import ModelShape  # noqa: E402
 from targets.engine.model import KVPool, Transformer  # noqa: E402
-from targets.kv.engine import replay  # noqa: E402
+from targets.kv.engine import _timed, replay  # noqa: E402
 from targets.kv.prefix_cache import POLICY_KEY  # noqa: E402
 from targets.kv.target import KVTarget, _compiled, load_workload, replay_trace  # noqa: E402
 from targets.kv.trace import whole_blocks  # noqa: E402
@@ -69,3 +72,16 @@ def test_replaying_a_trace_under_an_eviction_policy_reuses_real_prefixes_exactly
     assert report.hit_tokens > 0
     assert report.max_logit_diff < 1e-4
     assert report.requests == 40 and report.ttft_ms_mean > 0 and report.tpot_ms_mean > 0
+
+
+def test_replay_times_computation_not_time_the_os_gives_other_processes() -> None:
+    def idle(seconds: float) -> torch.Tensor:  # the thread waits, as it does while another job runs
+        time.sleep(seconds)
+        return torch.zeros(1)
+
+    def work(n: int) -> torch.Tensor:
+        return torch.ones(n, n) @ torch.ones(n, n)
+
+    ((_, idle_ms),) = _timed(idle, ((0.05,),), repeats=3, clock=compute_clock("cpu"))
+    ((_, work_ms),) = _timed(work, ((256,),), repeats=3, clock=compute_clock("cpu"))
+    assert idle_ms < 5.0 and work_ms > 0.0
