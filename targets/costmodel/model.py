@@ -394,8 +394,8 @@ class CostModel:
 
     def in_pass(self, op: str) -> Fit:
         """An operator's fit as it runs inside a forward pass: its coefficients times the pass's factor."""
-        fitted = self.profile.operator(op)
-        return replace(fitted, coef=tuple(c * self._pass()[0] for c in fitted.coef))
+        fitted, scale = self.profile.operator(op), self._pass()[0]
+        return replace(fitted, coef=tuple(c * scale for c in fitted.coef))
 
     def linear_ms(self, tokens: Any) -> np.ndarray:
         """A pass's work that grows with its `tokens` tokens (arrays broadcast): every layer's norms,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from search.readmodel import CandidateInfo, RunInfo
+from search.readmodel import CandidateInfo, HoldoutReport, RunInfo
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()
@@ -190,9 +190,7 @@ def proposers_tab(run: RunInfo) -> None:
         st.dataframe(pd.DataFrame([e.to_json() for e in events]), hide_index=True)
 
 
-def holdout_tab(run: RunInfo) -> None:
-    report = states.read(data.holdout, url, run.run_id)
-    assert report is not None
+def holdout_tab(report: HoldoutReport) -> None:
     st.caption(
         f"Tuned and selected on requests {report.head}; requests {report.tail}"
         f" (the last {report.share:.0%}) were never seen by the search."
@@ -218,8 +216,8 @@ def page() -> None:
     controls.run_controls(url, run)
     candidates = states.read(data.candidates, url, run.run_id)
     names = ["Progress", "Leaderboard", "Genealogy", "Islands", "Failures", "Proposers"]
-    held_out = bool(run.config.get("holdout"))
-    tabs = st.tabs(names + ["Held-out tail"] * held_out)
+    held_out = states.read(data.holdout, url, run.run_id)  # None for a run without --holdout
+    tabs = st.tabs(names + ["Held-out tail"] * (held_out is not None))
     with tabs[0]:
         progress_tab(run)
     with tabs[1]:
@@ -232,9 +230,9 @@ def page() -> None:
         failures_tab(run)
     with tabs[5]:
         proposers_tab(run)
-    if held_out:
+    if held_out is not None:
         with tabs[6]:
-            holdout_tab(run)
+            holdout_tab(held_out)
 
 
 st.fragment(page, run_every=nav.REFRESH_S if live else None)()
