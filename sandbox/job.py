@@ -32,6 +32,8 @@ class Tuning:
     seed: int = 0
     gate: float | None = None
     """Skip the eval instances when the best train objective is worse than this (the cascade)."""
+    seen: tuple[str, ...] = ()
+    """Behaviour signatures of programs already evaluated: a candidate that behaves as one is not tuned."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,15 @@ class Job:
             source=data["source"],
             instances=tuple(Instance.from_json(i) for i in data["instances"]),
             params=data.get("params"),
-            tuning=Tuning(**data["tuning"]) if data.get("tuning") else None,
+            tuning=_tuning(data["tuning"]) if data.get("tuning") else None,
             limits=Limits(**data.get("limits", {})),
             builtin=data.get("builtin", ""),
             skip_check=bool(data.get("skip_check", False)),
         )
+
+
+def _tuning(data: dict[str, Any]) -> Tuning:
+    return Tuning(**{**data, "seen": tuple(data.get("seen", ()))})
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,10 @@ class Result:
     study: tuple[TrialRecord, ...] = ()
     """Every tuning trial in order, so the study's history and parameter importance outlive the job."""
     gated: bool = False
+    behaviour: str = ""
+    """The program's behaviour signature on the target's sample (empty where the target offers none)."""
+    repeated: bool = False
+    """Its behaviour signature was one of the job's `seen`: the job stopped before tuning (no instances)."""
     seconds: float = 0.0
     backend: str = ""
 

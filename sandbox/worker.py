@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
+import random
 import re
 import shutil
 import sys
@@ -19,7 +21,8 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 
 import targets
-from targets.base import Instance, Target, WorkloadError
+from targets.base import Behavioural, Instance, Target, WorkloadError
+from verifiers.compiler import to_python
 from verifiers.program import ParamRange, Program
 from verifiers.static import StaticError, check
 
@@ -32,6 +35,9 @@ DENIED_ERRNOS = frozenset(
     {errno.EPERM, errno.EACCES, errno.EROFS, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EAGAIN}
 )
 """How a sandbox refuses: no permission, a read-only root, no network, no more processes (fork's EAGAIN)."""
+BEHAVIOUR_DRAWS = 3
+"""Seeded points of the PARAMS ranges a behaviour is measured at, besides the defaults: programs that rank
+alike at their defaults only (a weight on a term that is 0 by default) stay apart."""
 
 
 def numba_cache_dir() -> Path:
@@ -90,6 +96,9 @@ def run(job: Job) -> Result:
 def _checked(job: Job, target: Target) -> Result:
     program = check(job.source, target.signatures)
     start = _start_params(program, job.params)
+    behaviour = behaviour_signature(target, program)
+    if job.tuning and behaviour and behaviour in job.tuning.seen:
+        return Result("ok", behaviour=behaviour, repeated=True)
     train = [i for i in job.instances if i.role == "train"]
     scored: dict[tuple[float, ...], list[InstanceResult]] = {}
 
@@ -115,7 +124,53 @@ def _checked(job: Job, target: Target) -> Result:
     done = list(scored[_key(program, params)]) if train else []
     if not gated:
         done += [_evaluate(target, program, i, params) for i in job.instances if i.role != "train"]
-    return Result("ok", params=params, instances=tuple(done), trials=trials, study=history, gated=gated)
+    return Result(
+        "ok",
+        params=params,
+        instances=tuple(done),
+        trials=trials,
+        study=history,
+        gated=gated,
+        behaviour=behaviour,
+    )
+
+
+def behaviour_signature(target: Target, program: Program) -> str:
+    """A hash of how the program ranks the target's behaviour sample (dense ranks within each decision, ties
+    kept) at its defaults and at BEHAVIOUR_DRAWS seeded points of its ranges; empty if there is no sample."""
+    if not isinstance(target, Behavioural):
+        return ""
+    points = [program.defaults(), *(_drawn(program.params, draw) for draw in range(BEHAVIOUR_DRAWS))]
+    digest = hashlib.sha256()
+    for signature in target.signatures:
+        key = to_python(program, signature.name)
+        for decision in target.behaviour_sample(signature.name):
+            for params in points:
+                digest.update(repr(_ranks([_score(key, row, params) for row in decision])).encode())
+    return digest.hexdigest()[:16]
+
+
+def _drawn(ranges: tuple[ParamRange, ...], draw: int) -> dict[str, float]:
+    """The same quantile of each range (by position) in every program, on a log scale where it is log."""
+    values = {}
+    for i, r in enumerate(ranges):
+        u = random.Random(f"behaviour:{draw}:{i}").random()
+        values[r.name] = r.low * (r.high / r.low) ** u if r.log else r.low + u * (r.high - r.low)
+    return values
+
+
+def _score(key: Any, row: Mapping[str, float], params: Mapping[str, float]) -> float:
+    """The key's value, NaN where it faults (Python raises where the compiled key returns inf or NaN)."""
+    try:
+        return key(row, params)
+    except (ArithmeticError, ValueError):
+        return math.nan
+
+
+def _ranks(scores: list[float]) -> tuple[int, ...]:
+    """Dense ranks (equal scores share one), NaN as -1: what orders the mechanism's choices."""
+    order = {value: i for i, value in enumerate(sorted({s for s in scores if not math.isnan(s)}))}
+    return tuple(-1 if math.isnan(s) else order[s] for s in scores)
 
 
 def _builtin(job: Job, target: Target) -> Result:

@@ -663,7 +663,8 @@ def _budget_line(b: Budget) -> str:
     return (
         f"budget: {b.duplicates} duplicates and {b.failed_proposals} failed proposals discarded; "
         f"{b.static} rejected by the static check, {b.refuted} refuted by the verifier, "
-        f"{b.faulted} failed in the sandbox, {b.gated} gated by the cascade, {b.evaluated} evaluated"
+        f"{b.behaved_alike} behaved as an evaluated program (not tuned), {b.faulted} failed in the sandbox, "
+        f"{b.gated} gated by the cascade, {b.evaluated} evaluated"
         + (f", {b.pending} pending" if b.pending else "")
     )
 

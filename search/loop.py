@@ -4,6 +4,11 @@
 search/schedule.py). Candidate `seq` draws its randomness from the run's seed and `seq`, and is proposed
 from the results of exactly the candidates its schedule names, so the run is the same whatever order the
 jobs finish in, and a resumed run re-runs the pending candidates before proposing new ones.
+
+Novelty is judged twice: before anything runs, a program that is an earlier one up to layout and
+docstrings (its AST fingerprint) is discarded and proposed again; in the sandbox, a candidate that ranks
+the target's behaviour sample as a program of its view already evaluated did (its behaviour signature) is a
+behavioural duplicate: its job stops before tuning, and it is recorded as such and not scored.
 """
 
 from __future__ import annotations
@@ -147,6 +152,8 @@ class Search:
         self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
         self.history: list[Candidate] = []
         """The run's candidates by seq (baselines aside), each updated as its job finishes."""
+        self.anchors: list[Candidate] = []
+        """The run's baselines (and seeds), evaluated before any candidate."""
         self.admitted = 0
         """How many of `history` the program database holds."""
         self.best: float | None = None
@@ -179,6 +186,7 @@ class Search:
             if row.proposer == BASELINE:
                 self._admit(row)
         self.history = [row for row in rows if row.proposer != BASELINE]
+        self.anchors = [row for row in rows if row.proposer == BASELINE]
         self.done = sum(row.status != "pending" for row in self.history)
         self.reporter.started(self.run.id, self.done, self.config.budget)
         running = {self._submit(pool, row): row for row in self.history if row.status == "pending"}
@@ -352,6 +360,7 @@ class Search:
                 inspirations=inspirations,
                 failures=failures,
                 seed=rng.randrange(2**31) + attempt,
+                repeated=self._repeated(seq, parent.candidate_id),
             )
             try:
                 proposal = self.proposer.propose(request)
@@ -438,6 +447,7 @@ class Search:
                 trials=self.config.trials,
                 seed=self.config.seed * 100_003 + row.seq,
                 gate=self._gate(row.seq),
+                seen=tuple(self._behaviours(row.seq)),
             )
         return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
 
@@ -454,6 +464,21 @@ class Search:
         )
         return scores[self.config.gate_top_k - 1] if len(scores) >= self.config.gate_top_k else None
 
+    def _behaviours(self, seq: int) -> dict[str, Candidate]:
+        """Each behaviour signature of the programs candidate `seq` may not repeat (the baselines and the
+        scored candidates of its view), with the first program that showed it."""
+        found: dict[str, Candidate] = {}
+        for row in [*self.anchors, *self._view(seq)]:
+            if row.behaviour and row.status in ("evaluated", "gated"):
+                found.setdefault(row.behaviour, row)
+        return found
+
+    def _repeated(self, seq: int, parent_id: int) -> tuple[str, ...]:
+        """What the parent's children of `seq`'s view that turned out behavioural duplicates changed."""
+        return tuple(
+            row.note for row in self._view(seq) if row.status == "duplicate" and row.parent_id == parent_id
+        )
+
     def _record(self, row: Candidate, result: Result) -> None:
         metric = self.target.objective.metric
         train = [i.metrics[metric] for i in result.instances if i.role == "train" and metric in i.metrics]
@@ -462,8 +487,13 @@ class Search:
         row.params = json.dumps(result.params, sort_keys=True)
         row.trials = json.dumps([asdict(t) for t in result.study])
         row.message = result.message
+        row.behaviour = result.behaviour
         if result.status != "ok":
             row.status = result.status
+        elif result.repeated:
+            first = self._behaviours(row.seq).get(result.behaviour)
+            row.status = "duplicate"
+            row.message = f"behaves as {_label(first)}: ranks the target's behaviour sample the same way"
         elif result.gated or not evals:
             row.status = "gated"
         else:
@@ -517,6 +547,13 @@ def _outcome(future: Future[Result]) -> Result:
         return future.result()
     except Exception as exc:
         return Result(status="crashed", message=f"the executor lost the job: {type(exc).__name__}: {exc}")
+
+
+def _label(row: Candidate | None) -> str:
+    """How a message names a candidate: a baseline by name, a candidate by its number."""
+    if row is None:
+        return "an earlier program"
+    return f"baseline {row.name}" if row.proposer == BASELINE else f"candidate {row.seq} (#{row.id})"
 
 
 def _verification(run_id: str, outcome: Outcome) -> Verification:

@@ -27,7 +27,7 @@ from .store import BASELINE, Candidate, Evaluation, Event, Run, Store
 
 RAN = ("evaluated", "gated")
 """Candidate statuses of a candidate the sandbox scored (on every instance, or gated after training)."""
-NOT_FAILED = (*RAN, "pending")
+NOT_FAILED = (*RAN, "pending", "duplicate")
 
 
 class _Record:
@@ -124,6 +124,8 @@ class CandidateInfo(_Record):
     metrics: dict[str, float]
     """Each metric averaged over the eval instances."""
     is_baseline: bool
+    behaviour: str
+    """How it ranked the target's behaviour sample, hashed: alike programs share it (empty if unmeasured)."""
     verdicts: list[Verdict]
     evaluations: list[EvaluationInfo]
     backend: str
@@ -218,6 +220,8 @@ class Budget(_Record):
     """Candidates the static check rejected."""
     refuted: int
     """Candidates the verifier refuted (a counterexample to a hard property)."""
+    behaved_alike: int
+    """Candidates whose job found them ranking the behaviour sample as an evaluated program: not tuned."""
     faulted: int
     """Candidates that failed in the sandbox (an error, a timeout, a lost job)."""
     gated: int
@@ -376,12 +380,15 @@ class ReadModel:
     def budget(self, run_id: str) -> Budget:
         """Where the run's proposals went, from its candidates' statuses and its proposal events."""
         run = self._run(run_id)
-        counts = dict.fromkeys(("static", "refuted", "faulted", "gated", "evaluated", "pending"), 0)
+        stages = ("static", "refuted", "behaved_alike", "faulted", "gated", "evaluated", "pending")
+        counts = dict.fromkeys(stages, 0)
         for row in self.store.candidates(run.id):
             if row.proposer == BASELINE:
                 continue
             if row.status == "rejected":
                 kind = "refuted" if row.message.startswith("verification: ") else "static"
+            elif row.status == "duplicate":
+                kind = "behaved_alike"
             else:
                 kind = row.status if row.status in counts else "faulted"
             counts[kind] += 1
@@ -600,6 +607,7 @@ def _candidate(row: Candidate, evaluations: list[Evaluation], verdicts: list[Ver
         score=row.score,
         metrics=mean_metrics([e.metrics for e in infos if e.role == "eval"]),
         is_baseline=row.proposer == BASELINE,
+        behaviour=row.behaviour,
         verdicts=verdicts,
         evaluations=infos,
         backend=infos[0].backend if infos else "",

@@ -61,6 +61,8 @@ class Candidate(SQLModel, table=True):
     name: str = ""
     source: str
     fingerprint: str
+    behaviour: str = ""
+    """How it ranks the target's behaviour sample, hashed (sandbox/worker.py); empty where not measured."""
     parent_id: int | None = None
     inspirations: str = "[]"
     """The ids of the candidates the proposer was shown beside the parent, as a JSON list."""
@@ -71,7 +73,8 @@ class Candidate(SQLModel, table=True):
     tokens: int = 0
     cost_usd: float = 0.0
     status: str = "pending"
-    """pending | evaluated | gated | rejected | invalid | timeout | oom | denied | crashed"""
+    """pending | evaluated | gated | duplicate (behaves as an earlier one; not tuned) | rejected | invalid |
+    timeout | oom | denied | crashed"""
     message: str = ""
     params: str = "{}"
     trials: str = "[]"

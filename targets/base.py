@@ -365,6 +365,17 @@ class Windowed(Protocol):
         ...
 
 
+@runtime_checkable
+class Behavioural(Protocol):
+    """A target that offers a fixed sample of decisions on which a candidate's behaviour is measured: two
+    programs that rank every decision of the sample the same way are one program (the loop's novelty)."""
+
+    def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:
+        """Decisions of the named Rank function, each the feature rows it ranks against one another
+        (one moment, one population); the same seeded sample in every process."""
+        ...
+
+
 def packaged_baselines(package: str) -> dict[str, str]:
     """The baselines a target ships in candidate form: `<package>/baselines/<name>.py`, by name."""
     folder = resources.files(package) / "baselines"

@@ -57,6 +57,7 @@ BUDGET_STAGES = {
     "failed_proposals": "failed proposals (no program)",
     "static": "rejected by the static check",
     "refuted": "refuted by the verifier",
+    "behaved_alike": "behaved as an evaluated program (not tuned)",
     "faulted": "failed in the sandbox",
     "gated": "gated by the cascade",
     "evaluated": "evaluated",

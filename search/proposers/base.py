@@ -40,6 +40,8 @@ class ProposalRequest:
     failures: tuple[str, ...]
     """One-line messages of recent failed candidates (static check, verifier, sandbox), newest last."""
     seed: int
+    repeated: tuple[str, ...] = ()
+    """The notes of the parent's children that behaved as an earlier program (changes not to make again)."""
 
 
 @dataclass(frozen=True)

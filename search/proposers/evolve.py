@@ -2,12 +2,15 @@
 
 Each proposal copies the parent's decision function and applies one operator drawn by weight: add a
 weighted term built from the target's features, swap a feature, make a literal tunable, delete or replace
-a term, change an operator, wrap an expression, insert a guard, or cross over with an inspiration (splice
+a term, change an operator, wrap an expression, insert a guard, switch regime (above a tunable threshold
+of a feature, another key: an inspiration's or a new term), or cross over with an inspiration (splice
 one of its subexpressions in, or blend the two return values). New constants become PARAMS with ranges
 rather than literals, because Optuna tunes them afterwards. Every child is checked before it leaves:
 it differs from the parent, stays under the size caps, adds no operation that may fault over the feature
 domains (by interval bounds, ahead of the Z3 verifier), and passes `verifiers.static.check`; an operator
-that fails is retried with another draw, and `ProposalFailed` is raised after `tries` failures.
+that fails is retried with another draw, and `ProposalFailed` is raised after `tries` failures. An
+operator whose children of this parent behaved as programs already evaluated (`ProposalRequest.repeated`)
+is drawn less, once per such child, so a family that only rephrases itself is mutated otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import ast
 import copy
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -51,13 +55,17 @@ DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
         "change_op": 0.5,
         "wrap": 1.0,
         "guard": 1.0,
+        "switch": 1.0,
         "splice": 1.5,
         "blend": 0.5,
     }
 )
 """Operator weights; growth operators are damped and deletion favoured once a program is at a cap."""
 
-_GROWTH = frozenset({"add_term", "tune_literal", "wrap", "guard", "splice", "blend"})
+_GROWTH = frozenset({"add_term", "tune_literal", "wrap", "guard", "switch", "splice", "blend"})
+REPEAT_DAMPING = 0.25
+"""An operator's weight is multiplied by this for each of the parent's children it made that behaved as an
+evaluated program."""
 _CROSSOVER = frozenset({"splice", "blend"})
 
 TERM_WEIGHTS: Mapping[str, float] = MappingProxyType(
@@ -370,6 +378,28 @@ def _guard(d: _Draft) -> str | None:
     return f"+ guard: if {_short(test)} then {'+' if plus else '-'} {_short(shift)}"
 
 
+def _switch(d: _Draft) -> str | None:
+    """Insert `if b.<f> > p.t_k: return <another key>` before the final statement: a regime switch whose
+    threshold Optuna tunes; the other key is an inspiration's whole function or a new term."""
+    body = d.fn.body
+    last = body[-1]
+    if not isinstance(last, ast.Return) or last.value is None:
+        return None
+    f = d.feature()
+    threshold = _num(0.5) if f.integer and f.high - f.low <= 1 else d.scaled("t")
+    test = ast.Compare(d.state(f.name), [d.rng.choice((ast.Gt, ast.Lt))()], [threshold])
+    if d.donors and d.rng.random() < 0.5:
+        donor = d.rng.choice(d.donors)
+        if ast.dump(donor.expr) == ast.dump(last.value):
+            return None
+        other, source = d.adopt(donor.expr, donor), f"#{donor.candidate_id}"
+    else:
+        other = d.term()
+        source = _short(other)
+    body.insert(len(body) - 1, ast.If(test=test, body=[ast.Return(other)], orelse=[]))
+    return f"+ regime switch: if {_short(test)} then {source}"
+
+
 def _splice(d: _Draft) -> str | None:
     """Take a subexpression reading features from an inspiration: as a new weighted term or a replacement."""
     donor = d.rng.choice(d.donors)
@@ -422,6 +452,7 @@ OPERATORS: Mapping[str, Operator] = MappingProxyType(
         "change_op": _change_op,
         "wrap": _wrap,
         "guard": _guard,
+        "switch": _switch,
         "splice": _splice,
         "blend": _blend,
     }
@@ -461,13 +492,14 @@ class EvolveProposer:
         registry = brief.registries[sig.name]
         params = {p.name: p for p in program.params}
         donors = tuple(d for e in request.inspirations if (d := _donor(e.candidate_id, e.source, sig, brief)))
+        repeated = Counter(note.split(":")[0] for note in request.repeated)
         before = _canonical(functions.values())
         unsafe_before = set(_unsafe(functions[sig.name], sig, registry, params))
         reason = "no operator applied"
         for _ in range(self.tries):
             fn = _strip(copy.deepcopy(functions[sig.name]))
             draft = _Draft(rng, fn, sig, registry, dict(params), donors)
-            op = self._pick(rng, draft)
+            op = self._pick(rng, draft, repeated)
             if op is None:
                 raise ProposalFailed("evolve: only crossover is weighted and there are no inspirations")
             what = OPERATORS[op](draft)
@@ -499,8 +531,9 @@ class EvolveProposer:
             f"evolve: no valid child of #{parent.candidate_id} after {self.tries} tries; last: {reason}"
         )
 
-    def _pick(self, rng: random.Random, draft: _Draft) -> str | None:
-        """An operator by weight; at a cap growth is damped and deletion favoured; crossover needs donors."""
+    def _pick(self, rng: random.Random, draft: _Draft, repeated: Mapping[str, int]) -> str | None:
+        """An operator by weight; at a cap growth is damped and deletion favoured; crossover needs donors;
+        each child of the parent that behaved as an evaluated program damps the operator that made it."""
         full = len(draft.params) >= self.max_params or node_count(draft.fn) >= 0.8 * self.max_nodes
         names, weights = [], []
         for name, weight in self.weights.items():
@@ -510,6 +543,7 @@ class EvolveProposer:
                 weight *= 0.1
             elif full and name == "delete":
                 weight *= 3.0
+            weight *= REPEAT_DAMPING ** repeated.get(name, 0)
             if weight > 0:
                 names.append(name)
                 weights.append(weight)

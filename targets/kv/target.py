@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -29,7 +29,7 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
-from .features import BLOCK_FEATURES, ORACLE_COLUMNS, ORACLE_NEXT_USE
+from .features import BLOCK_FEATURES, NEVER_S, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
 from .prefix_cache import (
@@ -91,6 +91,9 @@ OPTIONS = (
     ),
     Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
 )
+BEHAVIOUR_DECISIONS = 24
+BEHAVIOUR_BLOCKS = 16
+"""The behaviour sample: 24 evictions, each ranking 16 evictable blocks (384 block states in all)."""
 _CARRIED = ("profile", "block_tokens")
 """Options every job's instance carries (capacity aside): they change what a job measures."""
 
@@ -143,6 +146,12 @@ class KVTarget:
         ]
         # LRU and Belady once here, not in every job: they turn a hit rate into the share of the gap closed.
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
+
+    def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:
+        """Evictions to rank: block states drawn within every feature's domain and relations (seeded)."""
+        if signature != PRIORITY.name:
+            raise KeyError(signature)
+        return _behaviour_sample()
 
     def requests(self, workload: str) -> int:
         """How many requests the workload holds, in time order (what a holdout of its tail splits)."""
@@ -299,6 +308,72 @@ def load_workload(workload: str) -> Trace:
 @functools.lru_cache(maxsize=4)
 def _generated(kind: str, seed: int) -> Trace:
     return GENERATORS[kind](seed)
+
+
+@functools.cache
+def _behaviour_sample() -> tuple[tuple[Mapping[str, float], ...], ...]:
+    """Seeded evictions whose blocks satisfy BLOCK_FEATURES' relations, on scales like the shipped traces'
+    (times up to an hour, counts small enough to tie), so ranks and ties read like the mechanism's."""
+    rng = np.random.default_rng(17)
+
+    def log_between(low: float, high: float) -> float:
+        return float(np.exp(rng.uniform(np.log(low), np.log(high))))
+
+    decisions = []
+    for _ in range(BEHAVIOUR_DECISIONS):
+        now = float(rng.uniform(60.0, 3600.0))
+        ages = sorted(log_between(0.01, now) for _ in range(2))
+        hits = sorted(float(rng.integers(0, 6)) for _ in range(2))
+        moment = {
+            "now": now,
+            "pop_hits_p50": hits[0],
+            "pop_hits_p90": hits[1],
+            "pop_age_p50": ages[0],
+            "pop_age_p90": ages[1],
+            "ewma_hit_age": log_between(0.01, now) if rng.random() < 0.9 else 0.0,
+            "ewma_evict_age": log_between(0.01, now) if rng.random() < 0.9 else 0.0,
+        }
+        decisions.append(tuple(_sampled_block(rng, moment, log_between) for _ in range(BEHAVIOUR_BLOCKS)))
+    return tuple(decisions)
+
+
+def _sampled_block(
+    rng: np.random.Generator, moment: Mapping[str, float], log_between: Callable[[float, float], float]
+) -> dict[str, float]:
+    """One evictable block at `moment`, every relation of BLOCK_FEATURES kept."""
+    now = moment["now"]
+    last_access = round(now - log_between(0.001, now), 3)
+    inserted_at = round(last_access * float(rng.uniform(0.0, 1.0)), 3)
+    hits = float(rng.geometric(0.5) - 1)
+    accesses = hits + float(rng.geometric(0.6))
+    evictions = float(min(accesses - hits - 1.0, rng.geometric(0.7) - 1))
+    depth = float(rng.integers(1, 40))
+    tokens = 512.0 if rng.random() < 0.8 else float(rng.integers(1, 513))
+    age = now - last_access
+    first = depth == 1.0
+    turns = float(rng.integers(1, 8))
+    return {
+        **moment,
+        "last_access": last_access,
+        "inserted_at": inserted_at,
+        "age": age,
+        "lifetime": now - inserted_at,
+        "hits": hits,
+        "accesses": accesses,
+        "depth": depth,
+        "tokens": tokens,
+        "prefix_tokens": 512.0 * (depth - 1.0) + tokens,
+        "fanout": float(rng.geometric(0.6) - 1),
+        "reuse_mean": log_between(0.01, now),
+        "last_interval": log_between(0.01, now),
+        "evictions": evictions,
+        "since_evicted": log_between(0.01, now) if evictions else NEVER_S,
+        "frontier": float(rng.random() < 0.3),
+        "parent_age": 0.0 if first else age * float(rng.uniform(0.0, 1.0)),
+        "parent_requests": accesses + float(rng.geometric(0.3) - 1),
+        "turns": turns,
+        "turn_gap": 0.0 if turns == 1.0 else log_between(1.0, now),
+    }
 
 
 @functools.lru_cache(maxsize=16)

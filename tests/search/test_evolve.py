@@ -9,12 +9,14 @@ import math
 import pytest
 
 from search.database import node_count
+from search.loop import domains
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest, TargetBrief
 from search.proposers.evolve import OPERATORS, EvolveProposer
 from targets.kv.features import BLOCK_FEATURES
 from targets.kv.target import KVTarget
 from verifiers.compiler import to_python
 from verifiers.program import Program
+from verifiers.smt import Verifier
 from verifiers.static import check, is_docstring
 
 TARGET = KVTarget()
@@ -211,3 +213,30 @@ def test_children_never_fault_at_the_corners_of_the_feature_domains() -> None:
 
 def param_corners(program: Program) -> list[dict[str, float]]:
     return [{p.name: p.low for p in program.params}, {p.name: p.high for p in program.params}]
+
+
+def test_a_regime_switch_returns_another_key_above_a_tuned_threshold_and_verifies() -> None:
+    children = [propose(BASELINES["lru"], seed, (DONOR,), weights={"switch": 1.0}) for seed in range(6)]
+    with Verifier() as verifier:
+        for child in children:
+            program = check(child.source, TARGET.signatures)
+            (switch,) = [s for s in program.functions["priority"].body if isinstance(s, ast.If)]
+            (threshold,) = switch.test.comparators  # type: ignore[attr-defined]
+            assert ast.unparse(threshold).startswith("p.t_") or ast.unparse(threshold) == "0.5"
+            assert ast.unparse(switch.body[0]) != "return b.last_access"
+            outcomes = verifier.verify(program, domains(TARGET), TARGET.properties())
+            assert not [o for o in outcomes if o.rejects], child.source
+    assert any("#91" in c.note for c in children), "an inspiration's whole key as the other regime"
+
+
+def test_an_operator_whose_children_behaved_as_evaluated_programs_is_drawn_less() -> None:
+    def operators(repeated: tuple[str, ...]) -> list[str]:
+        notes = [
+            EvolveProposer().propose(ProposalRequest(BRIEF, RICH, (), (), seed, repeated=repeated)).note
+            for seed in range(60)
+        ]
+        return [note.split(":")[0] for note in notes]
+
+    plain = operators(())
+    damped = operators(("add_term: + weighted b.hits",) * 2)
+    assert damped.count("add_term") < plain.count("add_term") / 4
