@@ -119,7 +119,7 @@ def population_reads(features: frozenset[str]) -> int:
     return hits | (POP_AGE if features & {"pop_age_p50", "pop_age_p90"} else 0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_push(hs, hq, hr, n, s, q, r):
     i = n
     hs[i], hq[i], hr[i] = s, q, r
@@ -134,7 +134,7 @@ def _heap_push(hs, hq, hr, n, s, q, r):
     return n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_pop(hs, hq, hr, n):
     top = hr[0]
     n -= 1
@@ -150,7 +150,7 @@ def _heapify(hs, hq, hr, n):
         _sift_down(hs, hq, hr, n, i)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sift_down(hs, hq, hr, n, i):
     while True:
         lo = i
@@ -165,40 +165,40 @@ def _sift_down(hs, hq, hr, n, i):
         i = lo
 
 
-@njit(cache=True)
-def _fill_row(X, j, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
-    """Write the registry features of block b at time `now`, after `requests` requests, into row j (column
-    order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's)."""
+@njit(cache=True, inline="always")
+def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
+    """Write the registry features of block b at time `now`, after `requests` requests, into X's one row
+    (column order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's)."""
     accesses = S[b, _ACCESSES]
-    X[j, 0] = now
-    X[j, 1] = S[b, _LAST]
-    X[j, 2] = S[b, _INSERTED]
-    X[j, 3] = now - S[b, _LAST]
-    X[j, 4] = now - S[b, _INSERTED]
-    X[j, 5] = S[b, _HITS]
-    X[j, 6] = accesses
-    X[j, 7] = depth[b]
-    X[j, 8] = block_tokens[b]
-    X[j, 9] = prefix_tokens[b]
-    X[j, 10] = S[b, _FANOUT]
+    X[0, 0] = now
+    X[0, 1] = S[b, _LAST]
+    X[0, 2] = S[b, _INSERTED]
+    X[0, 3] = now - S[b, _LAST]
+    X[0, 4] = now - S[b, _INSERTED]
+    X[0, 5] = S[b, _HITS]
+    X[0, 6] = accesses
+    X[0, 7] = depth[b]
+    X[0, 8] = block_tokens[b]
+    X[0, 9] = prefix_tokens[b]
+    X[0, 10] = S[b, _FANOUT]
     if accesses >= 2.0:
-        X[j, 11] = (S[b, _LAST] - S[b, _FIRST]) / (accesses - 1.0)
-        X[j, 12] = S[b, _LAST] - S[b, _PREV]
+        X[0, 11] = (S[b, _LAST] - S[b, _FIRST]) / (accesses - 1.0)
+        X[0, 12] = S[b, _LAST] - S[b, _PREV]
     else:
-        X[j, 11] = now - S[b, _FIRST]
-        X[j, 12] = now - S[b, _FIRST]
-    X[j, 13] = S[b, _EVICTIONS]
-    X[j, 14] = _NEVER_S if S[b, _EVICTED_AT] < 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
-    X[j, 19] = S[b, _FRONTIER]
+        X[0, 11] = now - S[b, _FIRST]
+        X[0, 12] = now - S[b, _FIRST]
+    X[0, 13] = S[b, _EVICTIONS]
+    X[0, 14] = _NEVER_S if S[b, _EVICTED_AT] < 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
+    X[0, 19] = S[b, _FRONTIER]
     p = parent[b]
-    X[j, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
-    X[j, 21] = S[p, _ACCESSES] if p >= 0 else requests
-    X[j, 22] = S[b, _TURNS]
-    X[j, 23] = S[b, _TURN_GAP]
-    X[j, 26] = S[b, _NEXT_USE]
+    X[0, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
+    X[0, 21] = S[p, _ACCESSES] if p >= 0 else requests
+    X[0, 22] = S[b, _TURNS]
+    X[0, 23] = S[b, _TURN_GAP]
+    X[0, 26] = S[b, _NEXT_USE]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps):
     """Whether request r is the next turn of an earlier one, and if so count it in that conversation.
 
@@ -217,7 +217,7 @@ def _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps):
         req_gaps[r] = req_gaps[j] + (now - times[j])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ewma(ewma, i, value):
     """Fold a value into the moving average at ewma[i] (its count at ewma[i + 1]); the first one sets it."""
     ewma[i] = value if ewma[i + 1] == 0.0 else ewma[i] + _EWMA_WEIGHT * (value - ewma[i])
@@ -264,7 +264,7 @@ def _select(a, n, k):
     return a[k]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _q_push_head(q, b, qid, nxt, prv, head, tail, size):
     """Insert b at the head (newest end) of queue q; nxt points toward the tail, prv toward the head."""
     qid[b] = q
@@ -278,7 +278,7 @@ def _q_push_head(q, b, qid, nxt, prv, head, tail, size):
     size[q] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _q_remove(b, qid, nxt, prv, head, tail, size):
     q = qid[b]
     if prv[b] >= 0:
@@ -326,8 +326,8 @@ def _replay(
     max_len = 0
     for r in range(n_req):
         max_len = max(max_len, offsets[r + 1] - offsets[r])
-    rows = capacity + max_len + 1 if policy == POLICY_KEY else 1  # rows scored at one eviction
-    X = np.zeros((rows, N_COLUMNS), np.float64)
+    rows = capacity + max_len + 1 if policy == POLICY_KEY else 1  # leaves scored at one eviction
+    X = np.zeros((1, N_COLUMNS), np.float64)  # the features of the block being scored
     row_block = np.empty(rows, np.int64)
     hs = np.empty(rows, np.float64)
     hq = np.empty(rows, np.float64)
@@ -459,12 +459,12 @@ def _replay(
             h50, h90 = _percentiles(tmp_hits, m) if population & POP_HITS else (0.0, 0.0)
             a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
             hit_age, evict_age = ewma[0], ewma[2]  # as the request arrives, like the percentiles
-            for j in range(m):  # each row filled and scored in one pass, while it is in cache
+            X[0, 15], X[0, 16], X[0, 17], X[0, 18] = h50, h90, a50, a90
+            X[0, 24], X[0, 25] = hit_age, evict_age
+            for j in range(m):  # one row, refilled per leaf, stays in L1; the heap keeps the scores
                 b = row_block[j]
-                _fill_row(X, j, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
-                X[j, 15], X[j, 16], X[j, 17], X[j, 18] = h50, h90, a50, a90
-                X[j, 24], X[j, 25] = hit_age, evict_age
-                s = f(X, j, params)
+                _fill_row(X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
+                s = f(X, 0, params)
                 hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[b, _SEQ], j
             hn = m
             _heapify(hs, hq, hr, hn)
@@ -473,11 +473,9 @@ def _replay(
                 b = row_block[j]
                 n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
-                    _fill_row(X, m, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
-                    X[m, 15], X[m, 16], X[m, 17], X[m, 18] = h50, h90, a50, a90
-                    X[m, 24], X[m, 25] = hit_age, evict_age
+                    _fill_row(X, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
                     row_block[m] = p
-                    s = f(X, m, params)
+                    s = f(X, 0, params)
                     hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
                     m += 1
                 if record:
@@ -579,7 +577,7 @@ def _replay(
     return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     """Block b's score under a key reading no TIME_VARYING feature (row 0 of X as scratch: only the other
     columns are written, the rest stay 0); NaN ranks lowest, as in POLICY_KEY."""
@@ -600,7 +598,7 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     return s if s == s else -np.inf
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _before(s, q, s2, q2):
     """Whether entry (s, q) is evicted before (s2, q2): the lower score, then the older access."""
     return s < s2 or (s == s2 and q < q2)
@@ -619,7 +617,7 @@ def _compact(ps, pq, pb, pn, cached, nchild, S):
     return kept
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _leaf_remove(b, leaves, leaf_pos, n_leaves):
     last = leaves[n_leaves - 1]
     leaves[leaf_pos[b]] = last
@@ -628,7 +626,7 @@ def _leaf_remove(b, leaves, leaf_pos, n_leaves):
     return n_leaves - 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma):
     """Evict leaf b into its ghost history; returns the new leaf count and the parent if it became a leaf."""
     _ewma(ewma, 2, now - S[b, _LAST])
