@@ -55,7 +55,6 @@ a block alike until the block is touched again."""
 COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions", "uncached")
 """Names of the entries of the counters array that `replay` returns, in order."""
 
-_NEVER_EVICTED = -1.0
 _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
 _EWMA_WEIGHT = 0.01
@@ -188,7 +187,7 @@ def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens
         X[0, 11] = now - S[b, _FIRST]
         X[0, 12] = now - S[b, _FIRST]
     X[0, 13] = S[b, _EVICTIONS]
-    X[0, 14] = _NEVER_S if S[b, _EVICTED_AT] < 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
+    X[0, 14] = _NEVER_S if S[b, _EVICTIONS] == 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
     X[0, 19] = S[b, _FRONTIER]
     p = parent[b]
     X[0, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
@@ -311,8 +310,7 @@ def _replay(
     for b in range(nb):  # dense ids are in first-seen order, so a parent precedes its children
         prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
 
-    S = np.zeros((nb, _N_STATE), np.float64)
-    S[:, _EVICTED_AT] = _NEVER_EVICTED
+    S = np.zeros((nb, _N_STATE), np.float64)  # zeros, so only the rows of blocks in use are ever paged in
     cached = np.zeros(nb, np.bool_)
     pinned = np.zeros(nb, np.bool_)
     seen = np.zeros(nb, np.bool_)
@@ -346,19 +344,22 @@ def _replay(
     held = np.empty(max_len + 1 if static else 0, np.int64)
     held_s = np.empty(max_len + 1 if static else 0, np.float64)
 
-    # Queues for SIEVE (one queue) and S3-FIFO (small, main and a FIFO ghost of evicted ids).
-    qid = np.zeros(nb, np.int64)
-    nxt = np.full(nb, -1, np.int64)
-    prv = np.full(nb, -1, np.int64)
+    # Queues for SIEVE (one queue) and S3-FIFO (small, main and a FIFO ghost of evicted ids); a key's
+    # replay allocates none of their per-block arrays.
+    queued = policy in (POLICY_SIEVE, POLICY_S3FIFO)
+    nq = nb if queued else 0
+    qid = np.zeros(nq, np.int64)
+    nxt = np.full(nq, -1, np.int64)
+    prv = np.full(nq, -1, np.int64)
     head = np.full(4, -1, np.int64)
     tail = np.full(4, -1, np.int64)
     size = np.zeros(4, np.int64)
-    freq = np.zeros(nb, np.int64)
+    freq = np.zeros(nq, np.int64)
     hand = -1
     small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
     main_cap = capacity - small_cap
     ghost_cap = int(_S3_GHOST_SHARE * capacity)
-    ghost_hit = np.zeros(nb, np.bool_)
+    ghost_hit = np.zeros(nq, np.bool_)
     has_evicted = False
 
     counters = np.zeros(len(COUNTERS), np.int64)
@@ -410,8 +411,9 @@ def _replay(
                 S[b, _HITS] += 1.0
                 _ewma(ewma, 0, now - S[b, _PREV])  # its access before this one
                 pinned[b] = True
-                freq[b] = min(freq[b] + 1, 3)
-            elif qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out of the ghost
+                if queued:
+                    freq[b] = min(freq[b] + 1, 3)
+            elif queued and qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out
                 _q_remove(b, qid, nxt, prv, head, tail, size)
                 ghost_hit[b] = True
 
@@ -546,7 +548,6 @@ def _replay(
             used += 1
             S[b, _INSERTED] = now
             S[b, _HITS] = 0.0
-            freq[b] = 0
             p = parent[b]
             if p >= 0:
                 if nchild[p] == 0:
@@ -555,6 +556,8 @@ def _replay(
             leaf_pos[b] = n_leaves
             leaves[n_leaves] = b
             n_leaves += 1
+            if queued:
+                freq[b] = 0
             if policy == POLICY_SIEVE:
                 _q_push_head(_Q_MAIN, b, qid, nxt, prv, head, tail, size)
             elif policy == POLICY_S3FIFO:
@@ -563,7 +566,8 @@ def _replay(
 
         for i in range(n):
             pinned[blocks[a0 + i]] = False
-            ghost_hit[blocks[a0 + i]] = False
+            if queued:
+                ghost_hit[blocks[a0 + i]] = False
         if static:  # the request's blocks were touched: each that is now an evictable leaf is scored anew
             if pn + n > room:
                 pn = _compact(ps, pq, pb, pn, cached, nchild, S)
