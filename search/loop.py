@@ -8,7 +8,8 @@ jobs finish in, and a resumed run re-runs the pending candidates before proposin
 Novelty is judged twice: before anything runs, a program that is an earlier one up to layout and
 docstrings (its AST fingerprint) is discarded and proposed again; in the sandbox, a candidate that ranks
 the target's behaviour sample as a program of its view already evaluated did (its behaviour signature) is a
-behavioural duplicate: its job stops before tuning, and it is recorded as such and not scored.
+behavioural duplicate: its job stops before tuning, and it is recorded as such and not scored. It spends
+none of the candidate budget, but at most as many again as the budget are proposed in all.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Search:
                 self._admit(row)
         self.history = [row for row in rows if row.proposer != BASELINE]
         self.anchors = [row for row in rows if row.proposer == BASELINE]
-        self.done = sum(row.status != "pending" for row in self.history)
+        self.done = sum(row.status not in ("pending", "duplicate") for row in self.history)
         self.reporter.started(self.run.id, self.done, self.config.budget)
         running = {self._submit(pool, row): row for row in self.history if row.status == "pending"}
         seq = max((row.seq for row in rows), default=-1) + 1
@@ -195,7 +196,7 @@ class Search:
         while True:
             if not stop and self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
                 stop = "time budget spent"
-            free = min(self.schedule.workers - len(running), self.config.budget - len(self.history))
+            free = min(self.schedule.workers - len(running), self._room())
             seqs = [] if stop or exhausted else list(takewhile(self._ready, range(seq, seq + max(free, 0))))
             if seqs and (stop := self._cap_reached()):
                 seqs = []
@@ -228,8 +229,15 @@ class Search:
         else:
             self.store.set_run_status(self.run.id, "finished")
 
+    def _room(self) -> int:
+        """How many more candidates the budget allows: a behavioural duplicate spends none of it (a pending
+        candidate counts as spent), and no more than twice the budget are proposed in all."""
+        alike = sum(row.status == "duplicate" for row in self.history)
+        budget = self.config.budget
+        return min(budget - (len(self.history) - alike), 2 * budget - len(self.history))
+
     def _finished(self, row: Candidate) -> None:
-        self.done += 1
+        self.done += row.status != "duplicate"
         self._note_best(row)
         self.reporter.candidate(self.done, self.config.budget, self.best, row.status)
 

@@ -67,6 +67,7 @@ class RunInfo(_Record):
     updated_at: str
     budget: int
     done: int
+    """Candidates finished, behavioural duplicates aside (they spend none of the budget)."""
     counts: dict[str, int]
     objective: str
     direction: str
@@ -516,7 +517,7 @@ class ReadModel:
             created_at=_iso(run.created_at),
             updated_at=_iso(run.updated_at),
             budget=int(config.get("budget", 0)),
-            done=sum(n for s, n in counts.items() if s != "pending"),
+            done=sum(n for s, n in counts.items() if s not in ("pending", "duplicate")),
             counts=counts,
             objective=objective.metric,
             direction=objective.direction,

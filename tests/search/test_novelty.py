@@ -14,16 +14,19 @@ from in_process import InProcess
 from test_steady_state import Interrupting, leaderboard, service
 
 from search.cli import main
-from search.proposers.base import Proposal, ProposalRequest
+from search.proposers.base import Proposal, ProposalRequest, Proposer
 from search.service import RunService, prepare
 
 KEYS = (
     "b.hits - 0.01 * b.age",  # new
     "-2.0 * b.age",  # LRU (b.last_access) doubled and shifted: the lru baseline's behaviour
     "2.0 * b.hits - 0.02 * b.age",  # candidate 0 doubled
-    "b.depth - b.age",  # new
     "b.hits + 1.0",  # the lfu baseline shifted
+    "b.depth - b.age",  # new
+    "b.accesses - b.age",  # new
 )
+BUDGET = 3
+"""Behavioural duplicates spend none of it: the run writes every one of KEYS."""
 
 
 @dataclass
@@ -42,8 +45,8 @@ class Scripted:
         return Proposal(source, self.name, note=f"k: {key}")
 
 
-def search(runs: RunService, sandbox: object, proposer: Scripted | None = None) -> str:
-    settings = {"budget": len(KEYS), "trials": 2, "workers": 1, "schedule": "batch"}
+def search(runs: RunService, sandbox: object, proposer: Proposer | None = None) -> str:
+    settings = {"budget": BUDGET, "trials": 2, "workers": 1, "schedule": "batch"}
     info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, **settings))
     with ThreadPoolExecutor(max_workers=1) as pool:
         runs.execute(info.run_id, sandbox, proposer or Scripted(), executor=pool)  # type: ignore[arg-type]
@@ -57,14 +60,15 @@ def test_a_candidate_that_behaves_as_an_evaluated_program_is_not_tuned_and_is_co
     proposer = Scripted()
     run_id = search(runs, InProcess(), proposer)
     rows = [c for c in runs.read.candidates(run_id) if not c.is_baseline]
-    assert [c.status for c in rows] == ["evaluated", "duplicate", "duplicate", "evaluated", "duplicate"]
+    assert [c.status for c in rows] == ["evaluated", "duplicate", "duplicate", "duplicate", "evaluated", "evaluated"]
     assert rows[1].message.startswith("behaves as baseline lru: ")
     assert rows[2].message.startswith(f"behaves as candidate 0 (#{rows[0].candidate_id}): ")
-    assert rows[4].message.startswith("behaves as baseline lfu: ")
+    assert rows[3].message.startswith("behaves as baseline lfu: ")
     assert all(c.score is None and not c.evaluations for c in rows if c.status == "duplicate")
-    assert rows[2].behaviour == rows[0].behaviour != rows[3].behaviour
+    assert rows[2].behaviour == rows[0].behaviour != rows[4].behaviour
     budget = runs.read.budget(run_id)
-    assert (budget.behaved_alike, budget.evaluated, budget.duplicates) == (3, 2, 0)
+    assert (budget.behaved_alike, budget.evaluated + budget.gated, budget.duplicates) == (3, 3, 0)
+    assert (runs.read.run(run_id).done, runs.read.run(run_id).status) == (BUDGET, "finished")
     assert any("candidate 1: behaves as baseline lru" in f for f in proposer.requests[-1].failures)
     capsys.readouterr()
     main(["runs", "show", run_id, "--db", str(runs.store.engine.url)])
@@ -81,9 +85,32 @@ def test_a_killed_run_with_behavioural_duplicates_resumes_to_the_unbroken_run(tm
         search(killed, Interrupting(allowed=2))
     (run_id,) = [r.run_id for r in killed.read.runs()]
     written = [c for c in killed.read.candidates(run_id) if not c.is_baseline]
-    assert written[-1].status == "pending" and len(written) < len(KEYS)
+    assert written[-1].status == "pending" and "duplicate" in [c.status for c in written]
     killed.resume(run_id)
     with ThreadPoolExecutor(max_workers=1) as pool:
         killed.execute(run_id, InProcess(), Scripted(start=len(written)), executor=pool)  # type: ignore[arg-type]
     assert leaderboard(killed, run_id) == leaderboard(whole, unbroken)
     assert killed.read.budget(run_id) == whole.read.budget(unbroken)
+
+
+@dataclass
+class Rephrasing:
+    """Writes LRU again and again, each time in new words: every candidate a behavioural duplicate."""
+
+    name: str = "rephrasing"
+    concurrency: int = 1
+    written: int = 0
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        self.written += 1
+        return Proposal(
+            f'"""LRU."""\n\n\ndef priority(b, p):\n    return -{self.written}.0 * b.age\n', self.name
+        )
+
+
+def test_a_proposer_that_only_rephrases_stops_at_twice_the_budget(tmp_path: Path) -> None:
+    runs = service(tmp_path, "rephrasing")
+    run_id = search(runs, InProcess(), Rephrasing())
+    rows = [c for c in runs.read.candidates(run_id) if not c.is_baseline]
+    assert [c.status for c in rows] == ["duplicate"] * 2 * BUDGET
+    assert runs.read.run(run_id).status == "finished"
