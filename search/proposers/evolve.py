@@ -386,7 +386,11 @@ def _switch(d: _Draft) -> str | None:
     if not isinstance(last, ast.Return) or last.value is None:
         return None
     f = d.feature()
-    threshold = _num(0.5) if f.integer and f.high - f.low <= 1 else d.scaled("t")
+    if f.integer and f.high - f.low <= 1:
+        threshold = _num(0.5)
+    else:  # a log range on a drawn decade, cut at the feature's floor, so that both regimes can occur
+        centre = 10.0 ** d.rng.choice([s for s in SCALES if 10.0 ** (s + _SPAN) > f.low])
+        threshold = d.param("t", max(centre / 10.0**_SPAN, f.low), centre * 10.0**_SPAN, True)
     test = ast.Compare(d.state(f.name), [d.rng.choice((ast.Gt, ast.Lt))()], [threshold])
     if d.donors and d.rng.random() < 0.5:
         donor = d.rng.choice(d.donors)
