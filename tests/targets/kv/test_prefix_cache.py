@@ -161,6 +161,22 @@ def test_lru_evicts_the_least_recent_branch_first() -> None:
     assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 3]
 
 
+def test_a_block_never_evicted_reads_no_eviction_time_and_an_evicted_one_does() -> None:
+    """Ghost history: since_evicted is 1e6 until a block's first eviction, then the time since it."""
+    # One-block requests in a 2-block cache: 1 and 2 are evicted as LRU would; at t=5 s block 1 (evicted at
+    # 2 s, back at 3 s, used at 4 s) goes before 3 (never evicted, used at 2 s), which LRU would evict.
+    times_hashes = [(0, 1), (1000, 2), (2000, 3), (3000, 1), (4000, 1), (5000, 4)]
+    records = [
+        (i + 1, {"timestamp": t, "input_length": 512, "output_length": 1, "hash_ids": [h]})
+        for i, (t, h) in enumerate(times_hashes)
+    ]
+    trace = build_trace(records, source="ghosts")
+    source = "def priority(b, p):\n    return b.last_access - (1000.0 if b.since_evicted < 1e6 else 0.0)\n"
+    key = to_numba(check(source, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+    _, _, _, ev_block = replay_trace(trace, 2, key, np.zeros(0), POLICY_KEY, record=True)
+    assert [int(trace.hash_ids[b]) for b in ev_block] == [1, 2, 1]
+
+
 _STATIC_MIX = '''"""A key over every feature that stays put while a block sits untouched."""
 PARAMS = {"a": (-5.0, 5.0), "c": (-5.0, 5.0), "d": (-5.0, 5.0)}
 
