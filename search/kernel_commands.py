@@ -197,8 +197,8 @@ def validate(args: argparse.Namespace) -> None:
         instance = validation.instance(workload, values)
     except OptionError as exc:
         raise UserError(str(exc)) from None
-    rows = run_candidates(target, args.candidates, instance, args.sandbox)
-    result = report(validation, rows)
+    served = run_candidates(target, args.candidates, instance, args.sandbox, int(values.get("rounds", 1)))
+    result = report(validation, served)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
     else:

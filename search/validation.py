@@ -2,12 +2,17 @@
 real engine on the same slice, the two rankings, their agreement, each figure's error and the target's checks.
 
 Every policy runs in the sandbox, as in a search, one job at a time so the engine's timings have the cores.
+A validation may declare a `rounds` option: every policy is then served that many times, in turns (all
+policies once, then all again), each figure is the median over the rounds, and two policies whose engine
+figures over the rounds overlap are tied in the engine's ranking: the engine cannot tell them apart.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
 module knows no target."""
 
 from __future__ import annotations
 
 import importlib.util
+import statistics
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +36,17 @@ def require(command: str, modules: tuple[str, ...]) -> None:
             raise UserError(f"{command} needs {module}: pip install 'crucible[{module}]'")
 
 
-def kendall_tau(a: list[float], b: list[float]) -> float:
+def kendall_tau(a: list[float], b: list[float], b_tied: AbstractSet[tuple[int, int]] = frozenset()) -> float:
     """Kendall's tau-b of two score lists, which discounts ties.
 
     Policies that make the same decisions tie exactly in the simulator, while the engine's measurements
-    of them differ by noise; tau-b neither rewards nor punishes either order of such a pair.
+    of them differ by noise; tau-b neither rewards nor punishes either order of such a pair. `b_tied`
+    names pairs (i < j) that b cannot order although their scores differ (their repeats overlap).
     """
     pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
-    sign = [(a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
+    sign = [0.0 if (i, j) in b_tied else (a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
     untied_a = sum(a[i] != a[j] for i, j in pairs)
-    untied_b = sum(b[i] != b[j] for i, j in pairs)
+    untied_b = sum(b[i] != b[j] and (i, j) not in b_tied for i, j in pairs)
     if not untied_a or not untied_b:
         return 1.0 if untied_a == untied_b else 0.0
     return (sum(s > 0 for s in sign) - sum(s < 0 for s in sign)) / (untied_a * untied_b) ** 0.5
@@ -69,23 +75,47 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
 
 
 def run_candidates(
-    target: Any, names: list[str], instance: Instance, sandbox: str
-) -> dict[str, dict[str, float]]:
-    """Each candidate's metrics on the instance (simulator and engine), one job at a time in the sandbox:
-    the engine's timings need the cores to themselves. A job that does not end ok is a one-line error."""
+    target: Any, names: list[str], instance: Instance, sandbox: str, rounds: int = 1
+) -> dict[str, list[dict[str, float]]]:
+    """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
+    the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
+    slows down for a while slows every policy's figures alike. A job that does not end ok is a one-line
+    error."""
     jobs = candidate_jobs(target, names, instance)
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
-    rows: dict[str, dict[str, float]] = {}
+    served: dict[str, list[dict[str, float]]] = {name: [] for name in jobs}
     with err.status("running") as status:
-        for name, job in jobs.items():
-            status.update(f"{name}: simulator and engine on {instance.label}")
-            result = box.run(job)
-            if result.status != "ok":
-                raise UserError(f"{name}: {result.status}: {result.message}")
-            rows[name] = result.instances[0].metrics
-    return rows
+        for round_ in range(1, rounds + 1):
+            for name, job in jobs.items():
+                status.update(f"{name}: simulator and engine on {instance.label}, round {round_} of {rounds}")
+                result = box.run(job)
+                if result.status != "ok":
+                    raise UserError(f"{name}: {result.status}: {result.message}")
+                served[name].append(result.instances[0].metrics)
+    return served
+
+
+def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each policy's figures as the median over its rounds (the simulator's are the same in every round)."""
+    return {
+        name: {metric: statistics.median(r[metric] for r in runs) for metric in runs[0]}
+        for name, runs in served.items()
+    }
+
+
+def overlapping(served: dict[str, list[dict[str, float]]], metric: str) -> set[tuple[str, str]]:
+    """Pairs of policies whose ranges of `metric` over the rounds overlap: one serving of the engine may
+    order them either way. With one round no pair overlaps (a single figure has no range to compare)."""
+    names = list(served)
+    spans = {n: (min(r[metric] for r in served[n]), max(r[metric] for r in served[n])) for n in names}
+    return {
+        (a, b)
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if len(served[a]) > 1 and spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
+    }
 
 
 def relative_error(simulated: float, measured: float) -> float | None:
@@ -95,9 +125,11 @@ def relative_error(simulated: float, measured: float) -> float | None:
     return 0.0 if simulated == measured else None
 
 
-def report(validation: Validation, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Per policy, its metrics, both ranks and each compared figure's error; then the rankings' agreement,
-    the ranking figure's error range, the `largest` figures and every check with its verdict."""
+def report(validation: Validation, served: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
+    the rankings' agreement (engine ties: policies whose rounds overlap), the ranking figure's error range,
+    the `largest` figures and every check with its verdict."""
+    rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
     best_first = validation.direction == "maximize"
@@ -120,9 +152,12 @@ def report(validation: Validation, rows: dict[str, dict[str, float]]) -> dict[st
         for n in names
     }
     errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
+    tied = overlapping(served, ranked.measured)
     figures: dict[str, Any] = {
         "kendall_tau": kendall_tau(
-            [rows[n][ranked.simulated] for n in names], [rows[n][ranked.measured] for n in names]
+            [rows[n][ranked.simulated] for n in names],
+            [rows[n][ranked.measured] for n in names],
+            {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in tied},
         ),
         "error_min": min(errors, default=None),
         "error_max": max(errors, default=None),
@@ -140,6 +175,8 @@ def report(validation: Validation, rows: dict[str, dict[str, float]]) -> dict[st
     return {
         "ranked_by": ranked.simulated,
         "direction": validation.direction,
+        "rounds": len(next(iter(served.values()), [])),
+        "engine_ties": sorted(tied),
         "policies": policies,
         **figures,
         "checks": checks,
@@ -177,6 +214,10 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
         f"Kendall tau of the rankings by {validation.rank_by}: {result['kendall_tau']:.3f}; "
         f"per-policy error of {validation.rank_by} {errors}"
     ]
+    if result["rounds"] > 1:
+        ties = ", ".join(f"{a} ~ {b}" for a, b in result["engine_ties"]) or "none"
+        overlap = f"the rounds' {validation.rank_by} overlap"
+        lines.append(f"medians of {result['rounds']} rounds; engine ties ({overlap}): {ties}")
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

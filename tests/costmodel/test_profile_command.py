@@ -23,13 +23,38 @@ def test_kendall_tau_counts_order_and_discounts_exact_ties() -> None:
     assert kendall_tau([1, 1, 3], [1.0, 1.1, 3.0]) == kendall_tau([1, 1, 3], [1.1, 1.0, 3.0]) > 0.8
 
 
+def test_pairs_the_engine_cannot_order_count_as_ties_in_its_ranking() -> None:
+    assert kendall_tau([1, 2, 3], [2.0, 1.0, 3.0]) == pytest.approx(1 / 3)
+    assert kendall_tau([1, 2, 3], [2.0, 1.0, 3.0], b_tied={(0, 1)}) == pytest.approx(2 / 6**0.5)
+    assert kendall_tau([1, 2, 3], [1.0, 2.0, 3.0], b_tied={(0, 1), (0, 2), (1, 2)}) == 0.0, "nothing resolved"
+
+
+def test_rounds_give_medians_and_tie_the_policies_whose_engine_figures_overlap() -> None:
+    def served(sim: float, engine: list[float]) -> list[dict[str, float]]:
+        row = {"engine_max_logit_diff": 0.0, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
+        return [{"prefill_ms_saved": sim, "engine_prefill_ms_saved": e, **row} for e in engine]
+
+    result = report(
+        KV,
+        {
+            "a": served(100.0, [90.0, 120.0, 100.0]),
+            "b": served(110.0, [95.0, 105.0, 98.0]),  # the simulator orders it above a; the engine cannot
+            "c": served(300.0, [280.0, 310.0, 290.0]),
+        },
+    )
+    assert result["rounds"] == 3
+    assert result["policies"]["a"]["engine_prefill_ms_saved"] == 100.0, "the median of the rounds"
+    assert result["engine_ties"] == [("a", "b")]
+    assert result["kendall_tau"] == pytest.approx(2 / 6**0.5), "a, b tie in the engine; other pairs agree"
+
+
 def test_a_validation_report_states_each_policys_error_ranks_and_checks() -> None:
     row = {"engine_max_logit_diff": 1e-6, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
     result = report(
         KV,
         {
-            "a": {"prefill_ms_saved": 90.0, "engine_prefill_ms_saved": 100.0, **row},
-            "b": {"prefill_ms_saved": 260.0, "engine_prefill_ms_saved": 200.0, **row},
+            "a": [{"prefill_ms_saved": 90.0, "engine_prefill_ms_saved": 100.0, **row}],
+            "b": [{"prefill_ms_saved": 260.0, "engine_prefill_ms_saved": 200.0, **row}],
         },
     )
     a, b = result["policies"]["a"], result["policies"]["b"]
@@ -44,7 +69,7 @@ def test_a_validation_report_states_each_policys_error_ranks_and_checks() -> Non
 
 def test_a_figure_the_engine_measured_as_zero_has_no_relative_error() -> None:
     row = {"engine_max_logit_diff": 0.0, "prefill_share_saved": 0.0, "engine_prefill_share_saved": 0.0}
-    result = report(KV, {"a": {"prefill_ms_saved": 5.0, "engine_prefill_ms_saved": 0.0, **row}})
+    result = report(KV, {"a": [{"prefill_ms_saved": 5.0, "engine_prefill_ms_saved": 0.0, **row}]})
     assert result["policies"]["a"]["error_prefill_ms_saved"] is None
     assert result["policies"]["a"]["error_prefill_share_saved"] == 0.0
     assert result["error_max"] is None
@@ -103,10 +128,11 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
     pytest.importorskip("torch")
     main(
         ["validate", "--target", "batching", "--candidates", "fcfs", "spf", "--requests", "0:12",
-         "--max-output", "4", "--sandbox", "process", "--json"]
+         "--max-output", "4", "--rounds", "2", "--sandbox", "process", "--json"]
     )  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert set(report["policies"]) == {"fcfs", "spf"}
+    assert report["rounds"] == 2 and all(len(pair) == 2 for pair in report["engine_ties"])
     assert report["ranked_by"] == "ttft_mean_ms"
     assert {report["policies"][p]["engine_rank"] for p in ("fcfs", "spf")} == {1, 2}
     assert -1.0 <= report["kendall_tau"] <= 1.0
