@@ -2,16 +2,17 @@
 
 Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the heuristic a search found
 (bench/policies/found_batching.py) through `crucible validate --target batching` in the sandbox, each
-served twice on the same scaled-down slice (priced by the cost model, and run on real kernels in the
-engine), and prints both rankings, Kendall tau and each policy's error on mean TTFT; it exits 1 when a
-check of the target's (tau-b >= 0.8, every error <= 25 %) fails. Price it with a profile measured on this
+served on the same scaled-down slice (priced by the cost model, and run on real kernels in the engine) in
+`--rounds` turns, and prints both rankings (the engine's ties: policies whose rounds overlap), Kendall tau-b
+and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8, every error
+<= 25 %) fails. Price it with a profile measured on this
 machine under the load it runs at (`crucible profile`; `cpu-2core-busy` is one), since the engine times
 its passes there.
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
-        [--profile cpu-2core]
+        [--rounds 3] [--profile cpu-2core]
 
-Takes about a minute on 2 cores.
+Takes about a minute a round on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=25.0)
     parser.add_argument("--token-divisor", type=int, default=8)
     parser.add_argument("--max-output", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="servings of each policy, in turns")
     parser.add_argument("--profile", default="cpu-2core", help="shipped, or a file `crucible profile` wrote")
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
@@ -42,7 +44,7 @@ def main() -> None:
         ["validate", "--target", "batching", "--check", "--workload", args.trace, "--requests", args.requests,
          "--capacity", str(args.capacity), "--block-tokens", str(args.block_tokens), "--load", str(args.load),
          "--token-divisor", str(args.token_divisor), "--max-output", str(args.max_output),
-         "--profile", args.profile, "--sandbox", args.sandbox,
+         "--rounds", str(args.rounds), "--profile", args.profile, "--sandbox", args.sandbox,
          "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)]
     )  # fmt: skip
 
