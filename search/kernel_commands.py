@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from rich.table import Table
 import targets
 from sandbox.choice import BACKENDS
 from targets.base import Option, OptionError, Validation, resolve_options
-from targets.costmodel.model import Profile, ProfileError
+from targets.costmodel.model import Profile, ProfileError, load_profile
 from targets.costmodel.shapes import MODELS, TINY
 
 from .errors import UserError
@@ -134,6 +135,19 @@ def _validations() -> dict[str, Validation]:
     return found
 
 
+def measured_under(profile: str) -> str:
+    """Where and under what load the pricing profile was measured, beside the load now: a CPU runs the
+    same kernels slower on a loaded machine, so a profile of another load biases every figure alike."""
+    try:
+        meta = load_profile(profile).meta
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
+    load = meta.get("load_average")
+    then = f"load average {load[0]:g} to {load[1]:g}" if load else "load not recorded"
+    date = meta.get("date", "on an unrecorded date")
+    return f"profile {profile}: measured {date}, {then}; load average now {os.getloadavg()[0]:.2f}"
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -197,6 +211,8 @@ def validate(args: argparse.Namespace) -> None:
         instance = validation.instance(workload, values)
     except OptionError as exc:
         raise UserError(str(exc)) from None
+    if "profile" in values:
+        _err.print(measured_under(values["profile"]), markup=False, highlight=False)
     served = run_candidates(target, args.candidates, instance, args.sandbox, int(values.get("rounds", 1)))
     result = report(validation, served)
     if args.json:

@@ -301,7 +301,9 @@ def measure_passes(
 def profile(
     model: ModelShape, settings: Settings, name: str, block: int, progress: Callable[[str], None]
 ) -> Profile:
-    """Measure, hold back, fit, and describe where every number came from."""
+    """Measure, hold back, fit, and describe where every number came from (the machine's load included:
+    on a CPU it changes the kernels' times, even in their own CPU time)."""
+    load_before = os.getloadavg()[0]
     compute = measure_compute(model, settings, block, progress)
     operators: dict[str, Fit] = {
         op: fit(op, hold_back(s, settings.seed + i)) for i, (op, s) in enumerate(compute.items())
@@ -337,5 +339,6 @@ def profile(
             "machine": platform.machine(),
             "block_tokens": block,
             "date": time.strftime("%Y-%m-%d"),
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         },
     )

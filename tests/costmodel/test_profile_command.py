@@ -130,7 +130,9 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
         ["validate", "--target", "batching", "--candidates", "fcfs", "spf", "--requests", "0:12",
          "--max-output", "4", "--rounds", "2", "--sandbox", "process", "--json"]
     )  # fmt: skip
-    report = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    assert "profile cpu-2core: measured 2026-11-29, load not recorded; load average now" in err
+    report = json.loads(out)
     assert set(report["policies"]) == {"fcfs", "spf"}
     assert report["rounds"] == 2 and all(len(pair) == 2 for pair in report["engine_ties"])
     assert report["ranked_by"] == "ttft_mean_ms"
@@ -149,6 +151,7 @@ def test_profile_measures_every_operator_and_collective_into_a_loadable_file(tmp
     measured.save(tmp_path / "p.json")
     again = load_profile(str(tmp_path / "p.json"))
     assert set(again.operators) == set(OPERATORS)
+    assert len(again.meta["load_average"]) == 2, "the load it was measured under, at the start and the end"
     assert all(set(again.collectives[op]) == {2} for op in COLLECTIVES)
     assert all(s.ms > 0 for f in again.operators.values() for s in f.samples)
     passes = again.operators["forward"].samples
