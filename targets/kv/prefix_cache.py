@@ -11,6 +11,14 @@ when a request needs room, every evictable leaf is scored with the policy at the
 and the lowest scores are evicted first; a parent that becomes a leaf is scored and joins the queue. So
 time features such as `age` are never stale. Ties go to the least recently accessed block.
 
+Scoring again what would score the same is skipped, so the evictions are exactly those of scoring every
+leaf at every eviction (`ALL_POPULATION`; tests compare the two on the shipped head, generated traces and
+random trees). At one arrival time (Mooncake traces count whole seconds, and most requests share one with
+the request before) an untouched block's score changes only through a population statistic, a moving
+average or its parent's features; when the key reads none that changed (`population_reads`) since the last
+eviction that scored every leaf, an eviction scores only the blocks touched since, and every other score
+still holds.
+
 A key that reads no feature that changes while a block sits untouched (no time since something, no `now`,
 no population statistic, nothing of its parent's) scores a block the same whenever it is scored, so scoring
 it again at every eviction is wasted: with POLICY_STATIC_KEY the cache keeps one heap across requests, a
@@ -38,9 +46,11 @@ from verifiers.program import Program
 from .features import N_COLUMNS
 
 POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO, POLICY_STATIC_KEY = 0, 1, 2, 3
-POP_HITS, POP_AGE = 1, 2
-ALL_POPULATION = POP_HITS | POP_AGE
-"""Bits of the replay's `population` argument: the population statistics of hits and of age to compute."""
+POP_HITS, POP_AGE, READS_EWMA, READS_PARENT = 1, 2, 4, 8
+ALL_POPULATION = POP_HITS | POP_AGE | READS_EWMA | READS_PARENT
+"""Bits of the replay's `population` argument, what a time-varying key reads that changes between two
+evictions at one time: the population statistics of hits and of age (each computed only if read), the
+moving averages, the parent's features. With all of them every evictable leaf is scored at each eviction."""
 
 TIME_VARYING = frozenset(
     {"now", "age", "lifetime", "reuse_mean", "last_interval", "since_evicted"}
@@ -112,10 +122,13 @@ def key_policy(program: Program, name: str) -> int:
 
 
 def population_reads(features: frozenset[str]) -> int:
-    """Which population statistics POLICY_KEY computes at each eviction (POP_HITS | POP_AGE): only those
-    read, since each is a selection over every evictable leaf and an unread one changes no score."""
+    """The `population` bits of a key's features: the statistics POLICY_KEY computes at each eviction (each
+    is a selection over every evictable leaf, and an unread one changes no score) and what else it read
+    that can change a score between two evictions at one time (else the scores of the first still hold)."""
     hits = POP_HITS if features & {"pop_hits_p50", "pop_hits_p90"} else 0
-    return hits | (POP_AGE if features & {"pop_age_p50", "pop_age_p90"} else 0)
+    age = POP_AGE if features & {"pop_age_p50", "pop_age_p90"} else 0
+    ewma = READS_EWMA if features & {"ewma_hit_age", "ewma_evict_age"} else 0
+    return hits | age | ewma | (READS_PARENT if features & {"parent_age", "parent_requests"} else 0)
 
 
 @njit(cache=True, inline="always")
@@ -324,25 +337,30 @@ def _replay(
     max_len = 0
     for r in range(n_req):
         max_len = max(max_len, offsets[r + 1] - offsets[r])
-    rows = capacity + max_len + 1 if policy == POLICY_KEY else 1  # leaves scored at one eviction
+    rows = capacity + 1 if policy == POLICY_KEY else 0  # evictable leaves at one eviction
     X = np.zeros((1, N_COLUMNS), np.float64)  # the features of the block being scored
     row_block = np.empty(rows, np.int64)
-    hs = np.empty(rows, np.float64)
-    hq = np.empty(rows, np.float64)
-    hr = np.empty(rows, np.int64)
     tmp_hits = np.empty(rows, np.float64)
     tmp_age = np.empty(rows, np.float64)
 
-    # POLICY_STATIC_KEY's heap across requests: entries (score, seq, block), valid while the block is a
-    # cached leaf whose last access is still `seq`; pinned ones popped wait in `held` until the eviction ends.
+    # A key's heap, kept across requests: entries (score, seq, block), valid while the block is a cached leaf
+    # whose last access is still `seq`; pinned ones popped wait in `held` until the eviction ends. A static
+    # key's entry is scored when its block is touched or exposed. A time-varying key's entries hold while
+    # `basis` does (the time and the statistics they were scored with): an eviction that finds the same
+    # basis scores only the blocks touched since (`dirty`); one that finds another scores every leaf anew.
     static = policy == POLICY_STATIC_KEY
-    room = 2 * capacity + 2 * max_len + 16 if static else 0
+    keyed = static or policy == POLICY_KEY
+    room = 2 * capacity + 2 * max_len + 16 if keyed else 0
     ps = np.empty(room, np.float64)
     pq = np.empty(room, np.float64)
     pb = np.empty(room, np.int64)
     pn = 0
-    held = np.empty(max_len + 1 if static else 0, np.int64)
-    held_s = np.empty(max_len + 1 if static else 0, np.float64)
+    held = np.empty(max_len + 1 if keyed else 0, np.int64)
+    held_s = np.empty(max_len + 1 if keyed else 0, np.float64)
+    basis = np.full(7, np.nan)  # now, hits p50 and p90, age p50 and p90, the two moving averages
+    dirty = np.empty(capacity + max_len if policy == POLICY_KEY else 0, np.int64)
+    marked = np.zeros(nb if policy == POLICY_KEY else 0, np.bool_)
+    n_dirty = 0
 
     # Queues for SIEVE (one queue) and S3-FIFO (small, main and a FIFO ghost of evicted ids); a key's
     # replay allocates none of their per-block arrays.
@@ -418,7 +436,49 @@ def _replay(
                 ghost_hit[b] = True
 
         need = used + (n - k) - capacity
-        if need > 0 and static:
+        if need > 0 and policy == POLICY_KEY:
+            m = 0
+            for li in range(n_leaves):
+                b = leaves[li]
+                if not pinned[b]:
+                    row_block[m] = b
+                    tmp_hits[m] = S[b, _HITS]
+                    tmp_age[m] = now - S[b, _LAST]
+                    m += 1
+            h50, h90 = _percentiles(tmp_hits, m) if population & POP_HITS else (0.0, 0.0)
+            a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
+            X[0, 15], X[0, 16], X[0, 17], X[0, 18] = h50, h90, a50, a90
+            X[0, 24], X[0, 25] = ewma[0], ewma[2]  # as the request arrives, like the percentiles
+            same = not population & READS_PARENT and now == basis[0]
+            same = same and h50 == basis[1] and h90 == basis[2] and a50 == basis[3] and a90 == basis[4]
+            if population & READS_EWMA:
+                same = same and ewma[0] == basis[5] and ewma[2] == basis[6]
+            if same:  # every entry's score is what scoring now gives: score only what was touched since
+                if pn + n_dirty + need > room:
+                    pn = _compact(ps, pq, pb, pn, cached, nchild, S)
+                for i in range(n_dirty):
+                    b = dirty[i]
+                    marked[b] = False
+                    if cached[b] and nchild[b] == 0 and not pinned[b]:
+                        s = _score_now(
+                            f, params, X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                        )
+                        pn = _heap_push(ps, pq, pb, pn, s, S[b, _SEQ], b)
+            else:
+                for i in range(n_dirty):
+                    marked[dirty[i]] = False
+                for j in range(m):
+                    b = row_block[j]
+                    s = _score_now(
+                        f, params, X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                    )
+                    ps[j], pq[j], pb[j] = s, S[b, _SEQ], b
+                pn = m
+                _heapify(ps, pq, pb, pn)
+                basis[0], basis[1], basis[2], basis[3], basis[4] = now, h50, h90, a50, a90
+                basis[5], basis[6] = ewma[0], ewma[2]
+            n_dirty = 0
+        if need > 0 and keyed:
             n_held, chained, chained_s = 0, -1, 0.0
             while need > 0 and (chained >= 0 or pn > 0):
                 if chained >= 0:  # a parent just exposed and ranked before every entry: no heap round trip
@@ -433,8 +493,13 @@ def _replay(
                         n_held += 1
                         continue
                 n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
-                if p >= 0 and not pinned[p]:
-                    chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
+                if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
+                    if static:
+                        chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
+                    else:
+                        chained_s = _score_now(
+                            f, params, X, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                        )
                     if pn == 0 or _before(chained_s, S[p, _SEQ], ps[0], pq[0]):
                         chained = p
                     else:
@@ -449,43 +514,6 @@ def _replay(
                 pn = _heap_push(ps, pq, pb, pn, chained_s, S[chained, _SEQ], chained)
             for i in range(n_held):
                 pn = _heap_push(ps, pq, pb, pn, held_s[i], S[held[i], _SEQ], held[i])
-        elif need > 0 and policy == POLICY_KEY:
-            m = 0
-            for li in range(n_leaves):
-                b = leaves[li]
-                if not pinned[b]:
-                    row_block[m] = b
-                    tmp_hits[m] = S[b, _HITS]
-                    tmp_age[m] = now - S[b, _LAST]
-                    m += 1
-            h50, h90 = _percentiles(tmp_hits, m) if population & POP_HITS else (0.0, 0.0)
-            a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
-            hit_age, evict_age = ewma[0], ewma[2]  # as the request arrives, like the percentiles
-            X[0, 15], X[0, 16], X[0, 17], X[0, 18] = h50, h90, a50, a90
-            X[0, 24], X[0, 25] = hit_age, evict_age
-            for j in range(m):  # one row, refilled per leaf, stays in L1; the heap keeps the scores
-                b = row_block[j]
-                _fill_row(X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
-                s = f(X, 0, params)
-                hs[j], hq[j], hr[j] = s if s == s else -np.inf, S[b, _SEQ], j
-            hn = m
-            _heapify(hs, hq, hr, hn)
-            while need > 0 and hn > 0:
-                j, hn = _heap_pop(hs, hq, hr, hn)
-                b = row_block[j]
-                n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
-                if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
-                    _fill_row(X, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens)
-                    row_block[m] = p
-                    s = f(X, 0, params)
-                    hn = _heap_push(hs, hq, hr, hn, s if s == s else -np.inf, S[p, _SEQ], m)
-                    m += 1
-                if record:
-                    ev_req[counters[5]] = r
-                    ev_block[counters[5]] = b
-                counters[5] += 1
-                used -= 1
-                need -= 1
         elif need > 0:
             steps = 0
             limit = 4 * (used + 1)
@@ -576,6 +604,17 @@ def _replay(
                 if cached[b] and nchild[b] == 0:
                     s = _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens)
                     pn = _heap_push(ps, pq, pb, pn, s, S[b, _SEQ], b)
+        elif policy == POLICY_KEY:  # scored at the next eviction, when its basis is known
+            for i in range(n):
+                b = blocks[a0 + i]
+                if marked[b]:
+                    continue
+                if n_dirty == dirty.size:
+                    basis[0] = np.nan  # too many to track: the next eviction scores every leaf
+                    break
+                dirty[n_dirty] = b
+                marked[b] = True
+                n_dirty += 1
 
     n_ev = counters[5] if record else 0
     return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
@@ -598,6 +637,15 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
     X[0, 22] = S[b, _TURNS]
     X[0, 23] = S[b, _TURN_GAP]
     X[0, 26] = S[b, _NEXT_USE]
+    s = f(X, 0, params)
+    return s if s == s else -np.inf
+
+
+@njit(cache=True, inline="always")
+def _score_now(f, params, X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
+    """Block b's score at `now` under any key (the population columns of X are the caller's); NaN ranks
+    lowest."""
+    _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens)
     s = f(X, 0, params)
     return s if s == s else -np.inf
 
