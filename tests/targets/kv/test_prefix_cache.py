@@ -20,6 +20,8 @@ from targets.kv.prefix_cache import (
     READS_EWMA,
     READS_PARENT,
     TIME_VARYING,
+    _count_percentiles,
+    _percentiles,
     key_policy,
     key_reads,
     population_reads,
@@ -341,3 +343,11 @@ def test_keys_evict_alike_with_only_the_statistics_they_read_on_random_trees(
         lean = replay_trace(trace, capacity, key, params, POLICY_KEY, record=True, population=population)
         assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
         _check_rules(trace, capacity, *lean)
+
+
+@given(st.lists(st.integers(0, 300), max_size=400))
+def test_hit_percentiles_counted_are_the_ones_selected(hits: list[int]) -> None:
+    """Hits are whole numbers, so their percentiles are counted; past 255 they are selected, as for age."""
+    values = np.array(hits, dtype=np.float64)
+    counted = _count_percentiles(values.copy(), values.size, np.zeros(256, np.int64))
+    assert counted == _percentiles(values.copy(), values.size)
