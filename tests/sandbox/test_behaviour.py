@@ -3,6 +3,9 @@ behaviour sample alike are one program; the job says so and stops before tuning 
 
 from __future__ import annotations
 
+import pytest
+
+from sandbox.base import Sandbox
 from sandbox.job import Job, Tuning
 from sandbox.worker import behaviour_signature, run
 from targets.kv.features import BLOCK_FEATURES
@@ -64,3 +67,12 @@ def test_a_job_whose_behaviour_was_seen_stops_before_tuning() -> None:
     assert Job.from_json(Job("kv", "", instances, tuning=Tuning(seen=("ab",))).to_json()).tuning == Tuning(
         seen=("ab",)
     )
+
+
+@pytest.mark.parametrize("backend", ["process_box", pytest.param("docker_box", marks=pytest.mark.docker)])
+def test_the_behaviour_phase_crosses_each_backend(backend: str, request: pytest.FixtureRequest) -> None:
+    box: Sandbox = request.getfixturevalue(backend)
+    instances = tuple(TARGET.instances("gen:chat:1", {"capacity": 300}))
+    seen = (signature("-b.age"),)
+    result = box.run(Job("kv", source("-3 * b.age"), instances, tuning=Tuning(trials=2, seen=seen)))
+    assert (result.status, result.repeated, result.behaviour, result.instances) == ("ok", True, seen[0], ())
