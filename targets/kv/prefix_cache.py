@@ -17,7 +17,8 @@ random trees). At one arrival time (Mooncake traces count whole seconds, and mos
 the request before) an untouched block's score changes only through a population statistic, a moving
 average or its parent's features; when the key reads none that changed (`population_reads`) since the last
 eviction that scored every leaf, an eviction scores only the blocks touched since, and every other score
-still holds.
+still holds. The hits of the leaves are kept counted for a key that reads their percentiles (and no age
+percentile), so such an eviction visits no leaf unless it scores them all.
 
 A key that reads no feature that changes while a block sits untouched (no time since something, no `now`,
 no population statistic, nothing of its parent's) scores a block the same whenever it is scored, so scoring
@@ -68,6 +69,8 @@ COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions",
 _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
 _EWMA_WEIGHT = 0.01
+_HIT_COUNTS = 256
+"""Hits counted one by one for their percentiles; a block with more sends them back to selection."""
 """Weight of the newest value in the population's moving averages (about the last hundred hits, evictions)."""
 
 # Per-block state columns.
@@ -252,23 +255,49 @@ def _percentiles(values, n):
 @njit(cache=True)
 def _count_percentiles(values, n, counts):
     """_percentiles of whole numbers from 0 (hits), by counting them in one pass without reordering; a value
-    past the last count falls back to selection."""
-    if n == 0:
-        return 0.0, 0.0
+    past the last count but one falls back to selection."""
     counts[:] = 0
     for i in range(n):
-        if values[i] >= counts.size:
+        if values[i] >= _HIT_COUNTS:
             return _percentiles(values, n)
         counts[int(values[i])] += 1
+    return _ranked(counts, n)
+
+
+@njit(cache=True)
+def _ranked(counts, n):
+    """_percentiles of n whole numbers below _HIT_COUNTS given by how many times each occurs."""
+    if n == 0:
+        return 0.0, 0.0
     k50, k90 = int(0.5 * (n - 1)), int(0.9 * (n - 1))
     seen, p50 = 0, -1.0
-    for v in range(counts.size):
+    for v in range(_HIT_COUNTS):
         seen += counts[v]
         if p50 < 0.0 and seen > k50:
             p50 = float(v)
         if seen > k90:
             break
     return p50, float(v)
+
+
+@njit(cache=True, inline="always")
+def _count_leaf(leaf_hits, hits, step):
+    """Add step to the leaves counted with `hits` hits; the last count holds every leaf with more."""
+    leaf_hits[min(int(hits), _HIT_COUNTS)] += step
+
+
+@njit(cache=True, inline="always")
+def _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age):
+    """The evictable (unpinned) leaves into row_block, their hits and ages beside; returns how many."""
+    m = 0
+    for li in range(n_leaves):
+        b = leaves[li]
+        if not pinned[b]:
+            row_block[m] = b
+            tmp_hits[m] = S[b, _HITS]
+            tmp_age[m] = now - S[b, _LAST]
+            m += 1
+    return m
 
 
 @njit(cache=True)
@@ -364,7 +393,11 @@ def _replay(
     row_block = np.empty(rows, np.int64)
     tmp_hits = np.empty(rows, np.float64)
     tmp_age = np.empty(rows, np.float64)
-    hit_counts = np.zeros(256, np.int64)
+    hit_counts = np.zeros(_HIT_COUNTS + 1, np.int64)
+    # A key reading the hit percentiles but no age one keeps every leaf's hits counted as leaves come and go
+    # and hits grow, so an eviction reads them off without visiting the leaves.
+    track = policy == POLICY_KEY and population & POP_HITS != 0 and population & POP_AGE == 0
+    leaf_hits = np.zeros(_HIT_COUNTS + 1, np.int64)
 
     # A key's heap, kept across requests: entries (score, seq, block), valid while the block is a cached leaf
     # whose last access is still `seq`; pinned ones popped wait in `held` until the eviction ends. A static
@@ -450,6 +483,9 @@ def _replay(
                 counters[2] += 1
                 counters[4] += block_tokens[b]
                 S[b, _HITS] += 1.0
+                if track and leaf_pos[b] >= 0:
+                    _count_leaf(leaf_hits, S[b, _HITS] - 1.0, -1)
+                    _count_leaf(leaf_hits, S[b, _HITS], 1)
                 _ewma(ewma, 0, now - S[b, _PREV])  # its access before this one
                 pinned[b] = True
                 if queued:
@@ -460,16 +496,26 @@ def _replay(
 
         need = used + (n - k) - capacity
         if need > 0 and policy == POLICY_KEY:
-            m = 0
-            for li in range(n_leaves):
-                b = leaves[li]
-                if not pinned[b]:
-                    row_block[m] = b
-                    tmp_hits[m] = S[b, _HITS]
-                    tmp_age[m] = now - S[b, _LAST]
-                    m += 1
-            h50, h90 = _count_percentiles(tmp_hits, m, hit_counts) if population & POP_HITS else (0.0, 0.0)
-            a50, a90 = _percentiles(tmp_age, m) if population & POP_AGE else (0.0, 0.0)
+            m = -1  # the evictable leaves, once collected
+            h50, h90, a50, a90 = 0.0, 0.0, 0.0, 0.0
+            if track:  # the leaves' counts less the pinned ones
+                hit_counts[:] = leaf_hits
+                free = n_leaves
+                for i in range(k):
+                    if nchild[blocks[a0 + i]] == 0:
+                        _count_leaf(hit_counts, S[blocks[a0 + i], _HITS], -1)
+                        free -= 1
+                if hit_counts[_HIT_COUNTS] == 0:
+                    h50, h90 = _ranked(hit_counts, free)
+                else:
+                    m = _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age)
+                    h50, h90 = _percentiles(tmp_hits, m)
+            elif population & (POP_HITS | POP_AGE):
+                m = _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age)
+                if population & POP_HITS:
+                    h50, h90 = _count_percentiles(tmp_hits, m, hit_counts)
+                if population & POP_AGE:
+                    a50, a90 = _percentiles(tmp_age, m)
             X[0, 15], X[0, 16], X[0, 17], X[0, 18] = h50, h90, a50, a90
             X[0, 24], X[0, 25] = ewma[0], ewma[2]  # as the request arrives, like the percentiles
             same = not population & READS_PARENT and now == basis[0]
@@ -490,6 +536,8 @@ def _replay(
             else:
                 for i in range(n_dirty):
                     marked[dirty[i]] = False
+                if m < 0:
+                    m = _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age)
                 for j in range(m):
                     b = row_block[j]
                     s = _score_now(
@@ -516,6 +564,10 @@ def _replay(
                         n_held += 1
                         continue
                 n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
+                if track:
+                    _count_leaf(leaf_hits, S[b, _HITS], -1)
+                    if p >= 0:
+                        _count_leaf(leaf_hits, S[p, _HITS], 1)
                 if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
                     if static:
                         chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
@@ -603,10 +655,14 @@ def _replay(
             if p >= 0:
                 if nchild[p] == 0:
                     n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
+                    if track:
+                        _count_leaf(leaf_hits, S[p, _HITS], -1)
                 nchild[p] += 1
             leaf_pos[b] = n_leaves
             leaves[n_leaves] = b
             n_leaves += 1
+            if track:
+                _count_leaf(leaf_hits, 0.0, 1)
             if queued:
                 freq[b] = 0
             if policy == POLICY_SIEVE:

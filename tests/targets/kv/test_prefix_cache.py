@@ -345,6 +345,24 @@ def test_keys_evict_alike_with_only_the_statistics_they_read_on_random_trees(
         _check_rules(trace, capacity, *lean)
 
 
+def test_leaves_hit_more_times_than_counted_one_by_one_have_their_percentile_selected() -> None:
+    """Past 255 hits on evictable leaves the hit percentiles are selected again, with the same evictions."""
+    # Three one-block prefixes hit in every round, then a new block that needs room in 5 blocks, all in one
+    # second; the key is LRU until the hits' 90th percentile passes 300, then MRU.
+    hashes = [h for i in range(400) for h in (0, 1, 2, 1000 + i)]
+    records = [
+        (i + 1, {"timestamp": 1000 * (i // 4), "input_length": 512, "output_length": 1, "hash_ids": [h]})
+        for i, h in enumerate(hashes)
+    ]
+    trace = build_trace(records, source="hot leaves")
+    source = "def priority(b, p):\n    return -b.last_access if b.pop_hits_p90 > 300.0 else b.last_access\n"
+    key = to_numba(check(source, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
+    exact = replay_trace(trace, 5, key, np.zeros(0), POLICY_KEY, record=True, population=ALL_POPULATION)
+    lean = replay_trace(trace, 5, key, np.zeros(0), POLICY_KEY, record=True, population=POP_HITS)
+    assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
+    assert 0 in {int(trace.hash_ids[b]) for b in exact[3]}  # past 300, MRU sent a hot block
+
+
 @given(st.lists(st.integers(0, 300), max_size=400))
 def test_hit_percentiles_counted_are_the_ones_selected(hits: list[int]) -> None:
     """Hits are whole numbers, so their percentiles are counted; past 255 they are selected, as for age."""
