@@ -12,8 +12,10 @@ FILL = {
     "best": "#ffd54f",
     "evaluated": "#bbdefb",
     "gated": "#e3f2fd",
+    "duplicate": "#eeeeee",
     "failed": "#ffcdd2",
 }
+"""Node fills by kind; a behavioural duplicate (ran fine, behaved as an earlier program) is not a failure."""
 
 
 def ancestry(candidates: Sequence[CandidateInfo], chosen: Iterable[int]) -> set[int]:
@@ -41,7 +43,7 @@ def _kind(c: CandidateInfo, best_id: int | None) -> str:
         return "baseline"
     if c.candidate_id == best_id:
         return "best"
-    return c.status if c.status in ("evaluated", "gated") else "failed"
+    return c.status if c.status in ("evaluated", "gated", "duplicate") else "failed"
 
 
 def dot(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from seeded_store import Seeded
 
 from ui import genealogy, nav
@@ -33,3 +35,15 @@ def test_each_node_links_to_its_candidate_and_each_edge_is_a_parent_or_an_inspir
         for i in c.inspirations:
             assert f"c{i} -> c{c.candidate_id} [style=dashed" in text
     assert text.count('fillcolor="#ffd54f"') == 1, "one best"
+
+
+def test_a_behavioural_duplicate_is_drawn_apart_from_the_failures(seeded: Seeded) -> None:
+    run = seeded.finished
+    candidate = next(c for c in seeded.read.candidates(run.run_id) if not c.is_baseline)
+    drawn = {
+        status: genealogy.dot([replace(candidate, status=status)], {candidate.candidate_id}, None, str)
+        for status in ("duplicate", "invalid", "evaluated")
+    }
+    assert f'fillcolor="{genealogy.FILL["duplicate"]}"' in drawn["duplicate"]
+    assert f'fillcolor="{genealogy.FILL["failed"]}"' in drawn["invalid"]
+    assert len(set(drawn.values())) == 3
