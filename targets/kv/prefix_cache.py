@@ -683,17 +683,16 @@ def _replay(
                 if cached[b] and nchild[b] == 0:
                     s = _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens)
                     pn = _heap_push(ps, pq, pb, pn, s, S[b, _SEQ], b)
-        elif policy == POLICY_KEY:  # scored at the next eviction, when its basis is known
+        elif policy == POLICY_KEY:  # scored at the next eviction if the scores there still hold
             for i in range(n):
-                b = blocks[a0 + i]
-                if marked[b]:
-                    continue
-                if n_dirty == dirty.size:
-                    basis[0] = np.nan  # too many to track: the next eviction scores every leaf
+                if now != basis[0] or n_dirty == dirty.size:
+                    basis[0] = np.nan  # another time, or too many to track: the next one scores every leaf
                     break
-                dirty[n_dirty] = b
-                marked[b] = True
-                n_dirty += 1
+                b = blocks[a0 + i]
+                if not marked[b]:
+                    dirty[n_dirty] = b
+                    marked[b] = True
+                    n_dirty += 1
 
     n_ev = counters[5] if record else 0
     return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
