@@ -20,7 +20,7 @@ from targets.costmodel.model import Profile, ProfileError, load_profile
 from targets.costmodel.shapes import MODELS, TINY
 
 from .errors import UserError
-from .validation import report, require, run_candidates, summary, table
+from .validation import candidate_jobs, report, require, run_candidates, summary, table
 
 _err = Console(stderr=True)
 
@@ -211,9 +211,10 @@ def validate(args: argparse.Namespace) -> None:
         instance = validation.instance(workload, values)
     except OptionError as exc:
         raise UserError(str(exc)) from None
+    jobs = candidate_jobs(target, args.candidates, instance)
     if "profile" in values:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
-    served = run_candidates(target, args.candidates, instance, args.sandbox, int(values.get("rounds", 1)))
+    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
     result = report(validation, served)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))

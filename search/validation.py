@@ -75,13 +75,12 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
 
 
 def run_candidates(
-    target: Any, names: list[str], instance: Instance, sandbox: str, rounds: int = 1
+    jobs: dict[str, Job], label: str, sandbox: str, rounds: int = 1
 ) -> dict[str, list[dict[str, float]]]:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
     slows down for a while slows every policy's figures alike. A job that does not end ok is a one-line
     error."""
-    jobs = candidate_jobs(target, names, instance)
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
@@ -89,7 +88,7 @@ def run_candidates(
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
             for name, job in jobs.items():
-                status.update(f"{name}: simulator and engine on {instance.label}, round {round_} of {rounds}")
+                status.update(f"{name}: simulator and engine on {label}, round {round_} of {rounds}")
                 result = box.run(job)
                 if result.status != "ok":
                     raise UserError(f"{name}: {result.status}: {result.message}")
