@@ -5,12 +5,12 @@ Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the he
 served on the same scaled-down slice (priced by the cost model, and run on real kernels in the engine) in
 `--rounds` turns, and prints both rankings (the engine's ties: policies whose rounds overlap), Kendall tau-b
 and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8, every error
-<= 25 %) fails. Price it with a profile measured on this
-machine under the load it runs at (`crucible profile`; `cpu-2core-busy` is one), since the engine times
-its passes there.
+<= 25 %) fails. Price it with a profile measured on this machine under the load it runs at (`crucible
+profile`; the default `cpu-2core-passes` is this machine idle, `cpu-2core-busy` the same while other jobs
+ran), since the engine times its passes there.
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
-        [--rounds 3] [--profile cpu-2core]
+        [--rounds 3] [--profile cpu-2core-passes]
 
 Takes about a minute a round on 2 idle cores.
 """
@@ -37,7 +37,9 @@ def main() -> None:
     parser.add_argument("--token-divisor", type=int, default=8)
     parser.add_argument("--max-output", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="servings of each policy, in turns")
-    parser.add_argument("--profile", default="cpu-2core", help="shipped, or a file `crucible profile` wrote")
+    parser.add_argument(
+        "--profile", default="cpu-2core-passes", help="shipped, or a file `crucible profile` wrote"
+    )
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
     crucible(

@@ -268,11 +268,11 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
-SHIPPED = ("cpu-2core", "h100-vidur", "cpu-2core-busy")
+SHIPPED = ("cpu-2core", "h100-vidur", "cpu-2core-busy", "cpu-2core-passes")
 """Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`
 on an idle machine before whole passes were timed; the H100 from Vidur's measured operator and NCCL
-timings; and the 2-core CPU measured with timed passes while other jobs ran (the profile the batching
-validation's figures are priced with)."""
+timings; the 2-core CPU measured with timed passes while other jobs ran; and the same idle, with timed
+passes (the profile the batching validation prices with by default)."""
 DEFAULT_PROFILE = "cpu-2core"
 
 

@@ -131,7 +131,7 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
          "--max-output", "4", "--rounds", "2", "--sandbox", "process", "--json"]
     )  # fmt: skip
     out, err = capsys.readouterr()
-    assert "profile cpu-2core: measured 2026-11-29, load not recorded; load average now" in err
+    assert "profile cpu-2core-passes: measured 2026-12-01, load average " in err, "the pricing's load, said"
     report = json.loads(out)
     assert set(report["policies"]) == {"fcfs", "spf"}
     assert report["rounds"] == 2 and all(len(pair) == 2 for pair in report["engine_ties"])
