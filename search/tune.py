@@ -322,7 +322,7 @@ def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapp
             )
             row = _add(service, Candidate(
                 run_id=run_id, seq=trial.number, name=f"trial {trial.number}", source=source,
-                fingerprint=fingerprint(source + json.dumps(trial.params, sort_keys=True)), proposer=PROPOSER,
+                fingerprint=_trial_mark(source, trial), proposer=PROPOSER,
                 note=_note(study, trial), params=json.dumps(trial.params, sort_keys=True),
             ))  # fmt: skip
             if row is None:
@@ -380,12 +380,20 @@ def _run_for(study: Study) -> str:
     return run.id
 
 
+def _trial_mark(source: str, trial: optuna.trial.FrozenTrial) -> str:
+    """A trial row's fingerprint: its number too, since two processes' samplers may draw the same point."""
+    return f"{fingerprint(source)}:trial-{trial.number}"
+
+
 def _add(service: RunService, row: Candidate) -> Candidate | None:
-    """Add a row; None when another process of the same study added it first."""
+    """Add a row; None when another process of the same study added its seq first (any other failure is
+    the store's, and raised: a trial must not go unrecorded silently)."""
     try:
         return service.store.add_candidate(row)
     except StoreError:
-        return None
+        if any(c.seq == row.seq for c in service.store.candidates(row.run_id)):
+            return None
+        raise
 
 
 def _evaluations(
