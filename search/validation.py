@@ -3,8 +3,8 @@ real engine on the same slice, the two rankings, their agreement, each figure's 
 
 Every policy runs in the sandbox, as in a search, one job at a time so the engine's timings have the cores.
 A validation may declare a `rounds` option: every policy is then served that many times, in turns (all
-policies once, then all again), each figure is the median over the rounds, and two policies whose engine
-figures over the rounds overlap are tied in the engine's ranking: the engine cannot tell them apart.
+policies once, then all again), each figure is the median over the rounds, and two policies that the engine
+orders one way in one round and the other way in another are tied in its ranking: it cannot tell them apart.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
 module knows no target."""
 
@@ -41,7 +41,7 @@ def kendall_tau(a: list[float], b: list[float], b_tied: AbstractSet[tuple[int, i
 
     Policies that make the same decisions tie exactly in the simulator, while the engine's measurements
     of them differ by noise; tau-b neither rewards nor punishes either order of such a pair. `b_tied`
-    names pairs (i < j) that b cannot order although their scores differ (their repeats overlap).
+    names pairs (i < j) that b cannot order although their scores differ (their repeats disagree).
     """
     pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
     sign = [0.0 if (i, j) in b_tied else (a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
@@ -104,17 +104,18 @@ def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, fl
     }
 
 
-def overlapping(served: dict[str, list[dict[str, float]]], metric: str) -> set[tuple[str, str]]:
-    """Pairs of policies whose ranges of `metric` over the rounds overlap: one serving of the engine may
-    order them either way. With one round no pair overlaps (a single figure has no range to compare)."""
+def unsettled(served: dict[str, list[dict[str, float]]], metric: str) -> set[tuple[str, str]]:
+    """Pairs of policies that the engine orders one way in one round and the other way in another.
+
+    Rounds are paired: round i of every policy was served within minutes of the others, so a machine that
+    slows down between rounds moves both figures of a pair alike and does not unsettle its order, while a
+    pair whose difference is below one serving's noise flips. With one round nothing is unsettled."""
     names = list(served)
-    spans = {n: (min(r[metric] for r in served[n]), max(r[metric] for r in served[n])) for n in names}
-    return {
-        (a, b)
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
-        if len(served[a]) > 1 and spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
-    }
+
+    def signs(a: str, b: str) -> set[bool]:
+        return {ra[metric] < rb[metric] for ra, rb in zip(served[a], served[b], strict=True)}
+
+    return {(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if len(signs(a, b)) > 1}
 
 
 def relative_error(simulated: float, measured: float) -> float | None:
@@ -126,8 +127,8 @@ def relative_error(simulated: float, measured: float) -> float | None:
 
 def report(validation: Validation, served: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
-    the rankings' agreement (engine ties: policies whose rounds overlap), the ranking figure's error range,
-    the `largest` figures and every check with its verdict."""
+    the rankings' agreement (engine ties: pairs whose order changes between rounds), the ranking figure's
+    error range, the `largest` figures and every check with its verdict."""
     rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
@@ -143,6 +144,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
             **rows[n],
             "sim_rank": sim[n],
             "engine_rank": engine[n],
+            f"{ranked.measured}_rounds": [r[ranked.measured] for r in served[n]],
             **{
                 f"error_{c.simulated}": relative_error(rows[n][c.simulated], rows[n][c.measured])
                 for c in validation.compared
@@ -151,7 +153,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
         for n in names
     }
     errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
-    tied = overlapping(served, ranked.measured)
+    tied = unsettled(served, ranked.measured)
     figures: dict[str, Any] = {
         "kendall_tau": kendall_tau(
             [rows[n][ranked.simulated] for n in names],
@@ -215,8 +217,8 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
     ]
     if result["rounds"] > 1:
         ties = ", ".join(f"{a} ~ {b}" for a, b in result["engine_ties"]) or "none"
-        overlap = f"the rounds' {validation.rank_by} overlap"
-        lines.append(f"medians of {result['rounds']} rounds; engine ties ({overlap}): {ties}")
+        flips = f"the engine's order by {validation.rank_by} changes between rounds"
+        lines.append(f"medians of {result['rounds']} rounds; engine ties ({flips}): {ties}")
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

@@ -29,23 +29,37 @@ def test_pairs_the_engine_cannot_order_count_as_ties_in_its_ranking() -> None:
     assert kendall_tau([1, 2, 3], [1.0, 2.0, 3.0], b_tied={(0, 1), (0, 2), (1, 2)}) == 0.0, "nothing resolved"
 
 
-def test_rounds_give_medians_and_tie_the_policies_whose_engine_figures_overlap() -> None:
-    def served(sim: float, engine: list[float]) -> list[dict[str, float]]:
-        row = {"engine_max_logit_diff": 0.0, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
-        return [{"prefill_ms_saved": sim, "engine_prefill_ms_saved": e, **row} for e in engine]
+def _served(sim: float, engine: list[float]) -> list[dict[str, float]]:
+    row = {"engine_max_logit_diff": 0.0, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
+    return [{"prefill_ms_saved": sim, "engine_prefill_ms_saved": e, **row} for e in engine]
 
+
+def test_rounds_give_medians_and_tie_the_policies_whose_engine_order_flips_between_rounds() -> None:
     result = report(
         KV,
         {
-            "a": served(100.0, [90.0, 120.0, 100.0]),
-            "b": served(110.0, [95.0, 105.0, 98.0]),  # the simulator orders it above a; the engine cannot
-            "c": served(300.0, [280.0, 310.0, 290.0]),
+            "a": _served(100.0, [90.0, 120.0, 100.0]),
+            "b": _served(110.0, [95.0, 105.0, 98.0]),  # above a in round 1, below in rounds 2 and 3
+            "c": _served(300.0, [280.0, 310.0, 290.0]),
         },
     )
     assert result["rounds"] == 3
     assert result["policies"]["a"]["engine_prefill_ms_saved"] == 100.0, "the median of the rounds"
+    assert result["policies"]["a"]["engine_prefill_ms_saved_rounds"] == [90.0, 120.0, 100.0]
     assert result["engine_ties"] == [("a", "b")]
     assert result["kendall_tau"] == pytest.approx(2 / 6**0.5), "a, b tie in the engine; other pairs agree"
+
+
+def test_a_pair_the_engine_orders_alike_in_every_round_is_settled_though_the_machine_drifted() -> None:
+    result = report(
+        KV,
+        {
+            "a": _served(100.0, [90.0, 130.0, 110.0]),  # the machine slowed in round 2 for both
+            "b": _served(110.0, [100.0, 140.0, 115.0]),  # ranges overlap, yet b leads a in every round
+        },
+    )
+    assert result["engine_ties"] == []
+    assert result["kendall_tau"] == 1.0
 
 
 def test_a_validation_report_states_each_policys_error_ranks_and_checks() -> None:
