@@ -137,11 +137,14 @@ def _checked(job: Job, target: Target) -> Result:
 
 def behaviour_signature(target: Target, program: Program) -> str:
     """A hash of how the program ranks the target's behaviour sample (dense ranks within each decision, ties
-    kept) at its defaults and at BEHAVIOUR_DRAWS seeded points of its ranges; empty if there is no sample."""
+    kept) and of the PARAMS its mechanism reads, at its defaults and at BEHAVIOUR_DRAWS seeded points of its
+    ranges; empty if there is no sample."""
     if not isinstance(target, Behavioural):
         return ""
     points = [program.defaults(), *(_drawn(program.params, draw) for draw in range(BEHAVIOUR_DRAWS))]
     digest = hashlib.sha256()
+    for params in points:
+        digest.update(repr([params.get(name) for name in target.mechanism_params()]).encode())
     for signature in target.signatures:
         key = to_python(program, signature.name)
         for decision in target.behaviour_sample(signature.name):

@@ -375,6 +375,10 @@ class Behavioural(Protocol):
         (one moment, one population); the same seeded sample in every process."""
         ...
 
+    def mechanism_params(self) -> tuple[str, ...]:
+        """PARAMS names the mechanism reads besides the key: their values are part of a behaviour."""
+        ...
+
 
 def packaged_baselines(package: str) -> dict[str, str]:
     """The baselines a target ships in candidate form: `<package>/baselines/<name>.py`, by name."""

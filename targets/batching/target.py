@@ -29,6 +29,7 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .behaviour import behaviour_sample
 from .capacity import GOAL, capacity
 from .compiled_scheduler import Pricing, serve_priced
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
@@ -159,6 +160,16 @@ class BatchingTarget:
             Instance(workload, {**config, "requests": _window(config, 0, cut)}, f"{name}[:{cut}]", "train"),
             Instance(workload, config, name, "eval"),
         ]
+
+    def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:
+        """Iterations to plan: live requests drawn in every state, within REQUEST_FEATURES' relations."""
+        if signature != PRIORITY.name:
+            raise KeyError(signature)
+        return behaviour_sample()
+
+    def mechanism_params(self) -> tuple[str, ...]:
+        """The scheduler reads the token budget from PARAMS: two keys that order alike differ by it."""
+        return (TOKEN_BUDGET,)
 
     def requests(self, workload: str) -> int:
         """How many requests the trace holds, in time order (what a holdout of its tail splits)."""

@@ -153,6 +153,10 @@ class KVTarget:
             raise KeyError(signature)
         return _behaviour_sample()
 
+    def mechanism_params(self) -> tuple[str, ...]:
+        """The eviction mechanism reads no PARAMS: a key's order is its whole behaviour."""
+        return ()
+
     def requests(self, workload: str) -> int:
         """How many requests the workload holds, in time order (what a holdout of its tail splits)."""
         return load_workload(workload).n_requests
