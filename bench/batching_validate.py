@@ -3,11 +3,11 @@
 Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the heuristic a search found
 (bench/policies/found_batching.py) through `crucible validate --target batching` in the sandbox, each
 served on the same scaled-down slice (priced by the cost model, and run on real kernels in the engine) in
-`--rounds` turns, and prints both rankings (the engine's ties: policies whose rounds overlap), Kendall tau-b
-and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8, every error
-<= 25 %) fails. Price it with a profile measured on this machine under the load it runs at (`crucible
-profile`; the default `cpu-2core-passes` is this machine idle, `cpu-2core-busy` the same while other jobs
-ran), since the engine times its passes there.
+`--rounds` turns, and prints both rankings (the engine's ties: pairs whose order flips between rounds),
+Kendall tau-b and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8,
+every error <= 25 %) fails. Price it with a profile measured on this machine under the load it runs at
+(`crucible profile`; the default `cpu-2core-passes` is this machine idle, `cpu-2core-busy` the same while
+other jobs ran), since the engine times its passes there.
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
         [--rounds 3] [--profile cpu-2core-passes]
