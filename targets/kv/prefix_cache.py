@@ -151,10 +151,22 @@ def _heap_push(hs, hq, hr, n, s, q, r):
 
 @njit(cache=True, inline="always")
 def _heap_pop(hs, hq, hr, n):
+    """The top entry, taken out bottom-up (Floyd): the hole goes down the earlier children to the bottom and
+    the last entry climbs back, one comparison a level instead of two, as the last entry belongs low."""
     top = hr[0]
     n -= 1
-    hs[0], hq[0], hr[0] = hs[n], hq[n], hr[n]
-    _sift_down(hs, hq, hr, n, 0)
+    i, c = 0, 1
+    while c < n:
+        if c + 1 < n and _before(hs[c + 1], hq[c + 1], hs[c], hq[c]):
+            c += 1
+        hs[i], hq[i], hr[i] = hs[c], hq[c], hr[c]
+        i, c = c, 2 * c + 1
+    s, q, r = hs[n], hq[n], hr[n]
+    while i > 0 and _before(s, q, hs[(i - 1) // 2], hq[(i - 1) // 2]):
+        up = (i - 1) // 2
+        hs[i], hq[i], hr[i] = hs[up], hq[up], hr[up]
+        i = up
+    hs[i], hq[i], hr[i] = s, q, r
     return top, n
 
 
@@ -381,9 +393,6 @@ def _replay(
     nchild = np.zeros(nb, np.int64)
     leaves = np.empty(nb, np.int64)
     leaf_pos = np.full(nb, -1, np.int64)
-    n_leaves = 0
-    used = 0
-    seq = 0
 
     max_len = 0
     for r in range(n_req):
@@ -394,9 +403,6 @@ def _replay(
     tmp_hits = np.empty(rows, np.float64)
     tmp_age = np.empty(rows, np.float64)
     hit_counts = np.zeros(_HIT_COUNTS + 1, np.int64)
-    # A key reading the hit percentiles but no age one keeps every leaf's hits counted as leaves come and go
-    # and hits grow, so an eviction reads them off without visiting the leaves.
-    track = policy == POLICY_KEY and population & POP_HITS != 0 and population & POP_AGE == 0
     leaf_hits = np.zeros(_HIT_COUNTS + 1, np.int64)
 
     # A key's heap, kept across requests: entries (score, seq, block), valid while the block is a cached leaf
@@ -404,19 +410,16 @@ def _replay(
     # key's entry is scored when its block is touched or exposed. A time-varying key's entries hold while
     # `basis` does (the time and the statistics they were scored with): an eviction that finds the same
     # basis scores only the blocks touched since (`dirty`); one that finds another scores every leaf anew.
-    static = policy == POLICY_STATIC_KEY
-    keyed = static or policy == POLICY_KEY
+    keyed = policy in (POLICY_STATIC_KEY, POLICY_KEY)
     room = 2 * capacity + 2 * max_len + 16 if keyed else 0
     ps = np.empty(room, np.float64)
     pq = np.empty(room, np.float64)
     pb = np.empty(room, np.int64)
-    pn = 0
     held = np.empty(max_len + 1 if keyed else 0, np.int64)
     held_s = np.empty(max_len + 1 if keyed else 0, np.float64)
     basis = np.full(7, np.nan)  # now, hits p50 and p90, age p50 and p90, the two moving averages
     dirty = np.empty(capacity + max_len if policy == POLICY_KEY else 0, np.int64)
     marked = np.zeros(nb if policy == POLICY_KEY else 0, np.bool_)
-    n_dirty = 0
 
     # Queues for SIEVE (one queue) and S3-FIFO (small, main and a FIFO ghost of evicted ids); a key's
     # replay allocates none of their per-block arrays.
@@ -429,12 +432,7 @@ def _replay(
     tail = np.full(4, -1, np.int64)
     size = np.zeros(4, np.int64)
     freq = np.zeros(nq, np.int64)
-    hand = -1
-    small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
-    main_cap = capacity - small_cap
-    ghost_cap = int(_S3_GHOST_SHARE * capacity)
     ghost_hit = np.zeros(nq, np.bool_)
-    has_evicted = False
 
     counters = np.zeros(len(COUNTERS), np.int64)
     req_hits = np.zeros(n_req, np.int64)
@@ -443,6 +441,48 @@ def _replay(
     ewma = np.zeros(4, np.float64)  # age at a hit and its count, age at an eviction and its count
     ev_req = np.empty(n_acc if record else 0, np.int64)
     ev_block = np.empty(n_acc if record else 0, np.int64)
+
+    _requests(
+        f,
+        params,
+        policy,
+        population,
+        capacity,
+        record,
+        (times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos),
+        (S, cached, pinned, seen, nchild, leaves, leaf_pos),
+        (X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked),
+        (ps, pq, pb, held, held_s),
+        (qid, nxt, prv, head, tail, size, freq, ghost_hit),
+        (counters, req_hits, req_turns, req_gaps, ewma, ev_req, ev_block),
+    )
+    n_ev = counters[5] if record else 0
+    return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
+
+
+@njit(cache=True, _nrt=False)
+def _requests(f, params, policy, population, capacity, record, trace, state, scratch, heap, queues, out):
+    """The requests in turn, over the arrays _replay made; compiled without reference counting, which inlined
+    helpers taking arrays would otherwise pay for with atomic increments at every eviction (a quarter of a
+    replay), and safe as it allocates nothing."""
+    times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos = trace
+    S, cached, pinned, seen, nchild, leaves, leaf_pos = state
+    X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked = scratch
+    ps, pq, pb, held, held_s = heap
+    qid, nxt, prv, head, tail, size, freq, ghost_hit = queues
+    counters, req_hits, req_turns, req_gaps, ewma, ev_req, ev_block = out
+    n_req = offsets.size - 1
+    # A key reading the hit percentiles but no age one keeps every leaf's hits counted as leaves come and go
+    # and hits grow, so an eviction reads them off without visiting the leaves.
+    track = policy == POLICY_KEY and population & POP_HITS != 0 and population & POP_AGE == 0
+    static = policy == POLICY_STATIC_KEY
+    keyed = static or policy == POLICY_KEY
+    queued = policy in (POLICY_SIEVE, POLICY_S3FIFO)
+    room = ps.size
+    small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
+    main_cap = capacity - small_cap
+    ghost_cap = int(_S3_GHOST_SHARE * capacity)
+    n_leaves, used, seq, pn, n_dirty, hand, has_evicted = 0, 0, 0, 0, 0, -1, False
 
     for r in range(n_req):
         now = times[r]
@@ -499,7 +539,8 @@ def _replay(
             m = -1  # the evictable leaves, once collected
             h50, h90, a50, a90 = 0.0, 0.0, 0.0, 0.0
             if track:  # the leaves' counts less the pinned ones
-                hit_counts[:] = leaf_hits
+                for v in range(_HIT_COUNTS + 1):  # a copy by slice would need reference counting
+                    hit_counts[v] = leaf_hits[v]
                 free = n_leaves
                 for i in range(k):
                     if nchild[blocks[a0 + i]] == 0:
@@ -693,9 +734,6 @@ def _replay(
                     dirty[n_dirty] = b
                     marked[b] = True
                     n_dirty += 1
-
-    n_ev = counters[5] if record else 0
-    return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
 
 
 @njit(cache=True, inline="always")
