@@ -52,6 +52,17 @@ ALL_POPULATION = POP_HITS | POP_AGE | READS_EWMA | READS_PARENT
 """Bits of the replay's `population` argument, what a time-varying key reads that changes between two
 evictions at one time: the population statistics of hits and of age (each computed only if read), the
 moving averages, the parent's features. With all of them every evictable leaf is scored at each eviction."""
+SKIP_TOKENS, SKIP_DEPTH, SKIP_REUSE, SKIP_EVICTIONS, SKIP_PARENT = 16, 32, 64, 128, 256
+_UNREAD = {
+    SKIP_TOKENS: frozenset({"tokens", "prefix_tokens"}),
+    SKIP_DEPTH: frozenset({"depth"}),
+    SKIP_REUSE: frozenset({"reuse_mean", "last_interval"}),
+    SKIP_EVICTIONS: frozenset({"evictions", "since_evicted"}),
+    SKIP_PARENT: frozenset({"parent_age", "parent_requests"}),
+}
+"""More bits of `population`: features a time-varying key does not read, which scoring it then leaves out of
+the scratch row (each group costs a scored block a read elsewhere in memory or a branch); none set, all are
+written."""
 
 TIME_VARYING = frozenset(
     {"now", "age", "lifetime", "reuse_mean", "last_interval", "since_evicted"}
@@ -131,71 +142,68 @@ def population_reads(features: frozenset[str]) -> int:
     hits = POP_HITS if features & {"pop_hits_p50", "pop_hits_p90"} else 0
     age = POP_AGE if features & {"pop_age_p50", "pop_age_p90"} else 0
     ewma = READS_EWMA if features & {"ewma_hit_age", "ewma_evict_age"} else 0
-    return hits | age | ewma | (READS_PARENT if features & {"parent_age", "parent_requests"} else 0)
+    parent = READS_PARENT if features & {"parent_age", "parent_requests"} else 0
+    return hits | age | ewma | parent | sum(bit for bit, names in _UNREAD.items() if not features & names)
 
 
 @njit(cache=True, inline="always")
-def _heap_push(hs, hq, hr, n, s, q, r):
+def _heap_push(H, n, s, q):
+    """Add the entry (score s, seq q) to the heap H[:n] (one row an entry; the seq names the block too)."""
     i = n
-    hs[i], hq[i], hr[i] = s, q, r
-    while i > 0:
+    while i > 0 and _before(s, q, H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]):
         up = (i - 1) // 2
-        if hs[up] < hs[i] or (hs[up] == hs[i] and hq[up] <= hq[i]):
-            break
-        hs[up], hs[i] = hs[i], hs[up]
-        hq[up], hq[i] = hq[i], hq[up]
-        hr[up], hr[i] = hr[i], hr[up]
+        H[i, 0], H[i, 1] = H[up, 0], H[up, 1]
         i = up
+    H[i, 0], H[i, 1] = s, q
     return n + 1
 
 
 @njit(cache=True, inline="always")
-def _heap_pop(hs, hq, hr, n):
-    """The top entry, taken out bottom-up (Floyd): the hole goes down the earlier children to the bottom and
+def _heap_pop(H, n):
+    """Take the top entry out, bottom-up (Floyd): the hole goes down the earlier children to the bottom and
     the last entry climbs back, one comparison a level instead of two, as the last entry belongs low."""
-    top = hr[0]
     n -= 1
     i, c = 0, 1
     while c < n:
-        if c + 1 < n and _before(hs[c + 1], hq[c + 1], hs[c], hq[c]):
+        if c + 1 < n and _before(H[c + 1, 0], H[c + 1, 1], H[c, 0], H[c, 1]):
             c += 1
-        hs[i], hq[i], hr[i] = hs[c], hq[c], hr[c]
+        H[i, 0], H[i, 1] = H[c, 0], H[c, 1]
         i, c = c, 2 * c + 1
-    s, q, r = hs[n], hq[n], hr[n]
-    while i > 0 and _before(s, q, hs[(i - 1) // 2], hq[(i - 1) // 2]):
+    s, q = H[n, 0], H[n, 1]
+    while i > 0 and _before(s, q, H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]):
         up = (i - 1) // 2
-        hs[i], hq[i], hr[i] = hs[up], hq[up], hr[up]
+        H[i, 0], H[i, 1] = H[up, 0], H[up, 1]
         i = up
-    hs[i], hq[i], hr[i] = s, q, r
-    return top, n
+    H[i, 0], H[i, 1] = s, q
+    return n
 
 
 @njit(cache=True)
-def _heapify(hs, hq, hr, n):
+def _heapify(H, n):
     """Order n unordered entries into a heap in O(n), cheaper than n pushes when a whole cache is scored."""
     for i in range(n // 2 - 1, -1, -1):
-        _sift_down(hs, hq, hr, n, i)
+        _sift_down(H, n, i)
 
 
 @njit(cache=True, inline="always")
-def _sift_down(hs, hq, hr, n, i):
+def _sift_down(H, n, i):
     while True:
         lo = i
         for c in (2 * i + 1, 2 * i + 2):
-            if c < n and (hs[c] < hs[lo] or (hs[c] == hs[lo] and hq[c] < hq[lo])):
+            if c < n and _before(H[c, 0], H[c, 1], H[lo, 0], H[lo, 1]):
                 lo = c
         if lo == i:
             break
-        hs[lo], hs[i] = hs[i], hs[lo]
-        hq[lo], hq[i] = hq[i], hq[lo]
-        hr[lo], hr[i] = hr[i], hr[lo]
+        H[lo, 0], H[i, 0] = H[i, 0], H[lo, 0]
+        H[lo, 1], H[i, 1] = H[i, 1], H[lo, 1]
         i = lo
 
 
 @njit(cache=True, inline="always")
-def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
+def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip):
     """Write the registry features of block b at time `now`, after `requests` requests, into X's one row
-    (column order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's)."""
+    (column order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's), but those
+    of the groups in `skip` (SKIP_* bits), which the key does not read."""
     accesses = S[b, _ACCESSES]
     X[0, 0] = now
     X[0, 1] = S[b, _LAST]
@@ -204,22 +212,27 @@ def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens
     X[0, 4] = now - S[b, _INSERTED]
     X[0, 5] = S[b, _HITS]
     X[0, 6] = accesses
-    X[0, 7] = depth[b]
-    X[0, 8] = block_tokens[b]
-    X[0, 9] = prefix_tokens[b]
+    if not skip & SKIP_DEPTH:
+        X[0, 7] = depth[b]
+    if not skip & SKIP_TOKENS:
+        X[0, 8] = block_tokens[b]
+        X[0, 9] = prefix_tokens[b]
     X[0, 10] = S[b, _FANOUT]
-    if accesses >= 2.0:
-        X[0, 11] = (S[b, _LAST] - S[b, _FIRST]) / (accesses - 1.0)
-        X[0, 12] = S[b, _LAST] - S[b, _PREV]
-    else:
-        X[0, 11] = now - S[b, _FIRST]
-        X[0, 12] = now - S[b, _FIRST]
-    X[0, 13] = S[b, _EVICTIONS]
-    X[0, 14] = _NEVER_S if S[b, _EVICTIONS] == 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
+    if not skip & SKIP_REUSE:
+        if accesses >= 2.0:
+            X[0, 11] = (S[b, _LAST] - S[b, _FIRST]) / (accesses - 1.0)
+            X[0, 12] = S[b, _LAST] - S[b, _PREV]
+        else:
+            X[0, 11] = now - S[b, _FIRST]
+            X[0, 12] = now - S[b, _FIRST]
+    if not skip & SKIP_EVICTIONS:
+        X[0, 13] = S[b, _EVICTIONS]
+        X[0, 14] = _NEVER_S if S[b, _EVICTIONS] == 0.0 else min(now - S[b, _EVICTED_AT], _NEVER_S)
     X[0, 19] = S[b, _FRONTIER]
-    p = parent[b]
-    X[0, 20] = now - S[p, _LAST] if p >= 0 else 0.0  # the root is passed by every request, this one too
-    X[0, 21] = S[p, _ACCESSES] if p >= 0 else requests
+    if not skip & SKIP_PARENT:  # the root is passed by every request, this one too
+        p = parent[b]
+        X[0, 20] = now - S[p, _LAST] if p >= 0 else 0.0
+        X[0, 21] = S[p, _ACCESSES] if p >= 0 else requests
     X[0, 22] = S[b, _TURNS]
     X[0, 23] = S[b, _TURN_GAP]
     X[0, 26] = S[b, _NEXT_USE]
@@ -405,16 +418,15 @@ def _replay(
     hit_counts = np.zeros(_HIT_COUNTS + 1, np.int64)
     leaf_hits = np.zeros(_HIT_COUNTS + 1, np.int64)
 
-    # A key's heap, kept across requests: entries (score, seq, block), valid while the block is a cached leaf
-    # whose last access is still `seq`; pinned ones popped wait in `held` until the eviction ends. A static
-    # key's entry is scored when its block is touched or exposed. A time-varying key's entries hold while
-    # `basis` does (the time and the statistics they were scored with): an eviction that finds the same
-    # basis scores only the blocks touched since (`dirty`); one that finds another scores every leaf anew.
+    # A key's heap, kept across requests: rows (score, seq), seq the block's last access when pushed
+    # (the block is blocks[seq - 1]), valid while the block is a cached leaf last accessed at `seq`; pinned
+    # ones popped wait in `held` until the eviction ends. A static key's entry is scored when its block is
+    # touched or exposed. A time-varying key's entries hold while `basis` does (the time and the statistics
+    # they were scored with): an eviction that finds the same basis scores only the blocks touched since
+    # (`dirty`); one that finds another scores every leaf anew.
     keyed = policy in (POLICY_STATIC_KEY, POLICY_KEY)
     room = 2 * capacity + 2 * max_len + 16 if keyed else 0
-    ps = np.empty(room, np.float64)
-    pq = np.empty(room, np.float64)
-    pb = np.empty(room, np.int64)
+    H = np.empty((room, 2), np.float64)
     held = np.empty(max_len + 1 if keyed else 0, np.int64)
     held_s = np.empty(max_len + 1 if keyed else 0, np.float64)
     basis = np.full(7, np.nan)  # now, hits p50 and p90, age p50 and p90, the two moving averages
@@ -452,7 +464,7 @@ def _replay(
         (times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos),
         (S, cached, pinned, seen, nchild, leaves, leaf_pos),
         (X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked),
-        (ps, pq, pb, held, held_s),
+        (H, held, held_s),
         (qid, nxt, prv, head, tail, size, freq, ghost_hit),
         (counters, req_hits, req_turns, req_gaps, ewma, ev_req, ev_block),
     )
@@ -468,7 +480,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
     times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos = trace
     S, cached, pinned, seen, nchild, leaves, leaf_pos = state
     X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked = scratch
-    ps, pq, pb, held, held_s = heap
+    H, held, held_s = heap
     qid, nxt, prv, head, tail, size, freq, ghost_hit = queues
     counters, req_hits, req_turns, req_gaps, ewma, ev_req, ev_block = out
     n_req = offsets.size - 1
@@ -478,7 +490,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
     static = policy == POLICY_STATIC_KEY
     keyed = static or policy == POLICY_KEY
     queued = policy in (POLICY_SIEVE, POLICY_S3FIFO)
-    room = ps.size
+    room = H.shape[0]
     small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
     main_cap = capacity - small_cap
     ghost_cap = int(_S3_GHOST_SHARE * capacity)
@@ -565,15 +577,26 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 same = same and ewma[0] == basis[5] and ewma[2] == basis[6]
             if same:  # every entry's score is what scoring now gives: score only what was touched since
                 if pn + n_dirty + need > room:
-                    pn = _compact(ps, pq, pb, pn, cached, nchild, S)
+                    pn = _compact(H, pn, cached, nchild, S, blocks)
                 for i in range(n_dirty):
                     b = dirty[i]
                     marked[b] = False
                     if cached[b] and nchild[b] == 0 and not pinned[b]:
                         s = _score_now(
-                            f, params, X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                            f,
+                            params,
+                            X,
+                            b,
+                            now,
+                            r + 1.0,
+                            S,
+                            parent,
+                            depth,
+                            block_tokens,
+                            prefix_tokens,
+                            population,
                         )
-                        pn = _heap_push(ps, pq, pb, pn, s, S[b, _SEQ], b)
+                        pn = _heap_push(H, pn, s, S[b, _SEQ])
             else:
                 for i in range(n_dirty):
                     marked[dirty[i]] = False
@@ -582,11 +605,22 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 for j in range(m):
                     b = row_block[j]
                     s = _score_now(
-                        f, params, X, b, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                        f,
+                        params,
+                        X,
+                        b,
+                        now,
+                        r + 1.0,
+                        S,
+                        parent,
+                        depth,
+                        block_tokens,
+                        prefix_tokens,
+                        population,
                     )
-                    ps[j], pq[j], pb[j] = s, S[b, _SEQ], b
+                    H[j, 0], H[j, 1] = s, S[b, _SEQ]
                 pn = m
-                _heapify(ps, pq, pb, pn)
+                _heapify(H, pn)
                 basis[0], basis[1], basis[2], basis[3], basis[4] = now, h50, h90, a50, a90
                 basis[5], basis[6] = ewma[0], ewma[2]
             n_dirty = 0
@@ -596,8 +630,9 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 if chained >= 0:  # a parent just exposed and ranked before every entry: no heap round trip
                     b, chained = chained, -1
                 else:
-                    score, pushed_seq = ps[0], pq[0]
-                    b, pn = _heap_pop(ps, pq, pb, pn)
+                    score, pushed_seq = H[0, 0], H[0, 1]
+                    b = blocks[int(pushed_seq) - 1]  # seq counts the accesses from 1
+                    pn = _heap_pop(H, pn)
                     if not (cached[b] and nchild[b] == 0 and pushed_seq == S[b, _SEQ]):
                         continue  # stale: evicted, grown a child, or touched (and pushed again) since
                     if pinned[b]:
@@ -614,12 +649,23 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                         chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
                     else:
                         chained_s = _score_now(
-                            f, params, X, p, now, r + 1.0, S, parent, depth, block_tokens, prefix_tokens
+                            f,
+                            params,
+                            X,
+                            p,
+                            now,
+                            r + 1.0,
+                            S,
+                            parent,
+                            depth,
+                            block_tokens,
+                            prefix_tokens,
+                            population,
                         )
-                    if pn == 0 or _before(chained_s, S[p, _SEQ], ps[0], pq[0]):
+                    if pn == 0 or _before(chained_s, S[p, _SEQ], H[0, 0], H[0, 1]):
                         chained = p
                     else:
-                        pn = _heap_push(ps, pq, pb, pn, chained_s, S[p, _SEQ], p)
+                        pn = _heap_push(H, pn, chained_s, S[p, _SEQ])
                 if record:
                     ev_req[counters[5]] = r
                     ev_block[counters[5]] = b
@@ -627,9 +673,9 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 used -= 1
                 need -= 1
             if chained >= 0:
-                pn = _heap_push(ps, pq, pb, pn, chained_s, S[chained, _SEQ], chained)
+                pn = _heap_push(H, pn, chained_s, S[chained, _SEQ])
             for i in range(n_held):
-                pn = _heap_push(ps, pq, pb, pn, held_s[i], S[held[i], _SEQ], held[i])
+                pn = _heap_push(H, pn, held_s[i], S[held[i], _SEQ])
         elif need > 0:
             steps = 0
             limit = 4 * (used + 1)
@@ -718,12 +764,12 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 ghost_hit[blocks[a0 + i]] = False
         if static:  # the request's blocks were touched: each that is now an evictable leaf is scored anew
             if pn + n > room:
-                pn = _compact(ps, pq, pb, pn, cached, nchild, S)
+                pn = _compact(H, pn, cached, nchild, S, blocks)
             for i in range(n):
                 b = blocks[a0 + i]
                 if cached[b] and nchild[b] == 0:
                     s = _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens)
-                    pn = _heap_push(ps, pq, pb, pn, s, S[b, _SEQ], b)
+                    pn = _heap_push(H, pn, s, S[b, _SEQ])
         elif policy == POLICY_KEY:  # scored at the next eviction if the scores there still hold
             for i in range(n):
                 if now != basis[0] or n_dirty == dirty.size:
@@ -758,10 +804,10 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
 
 
 @njit(cache=True, inline="always")
-def _score_now(f, params, X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens):
+def _score_now(f, params, X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip):
     """Block b's score at `now` under any key (the population columns of X are the caller's); NaN ranks
     lowest."""
-    _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens)
+    _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip)
     s = f(X, 0, params)
     return s if s == s else -np.inf
 
@@ -773,15 +819,15 @@ def _before(s, q, s2, q2):
 
 
 @njit(cache=True)
-def _compact(ps, pq, pb, pn, cached, nchild, S):
+def _compact(H, pn, cached, nchild, S, blocks):
     """Drop the stale entries of the static heap and restore its order; returns the entries kept."""
     kept = 0
     for i in range(pn):
-        b = pb[i]
-        if cached[b] and nchild[b] == 0 and pq[i] == S[b, _SEQ]:
-            ps[kept], pq[kept], pb[kept] = ps[i], pq[i], b
+        b = blocks[int(H[i, 1]) - 1]
+        if cached[b] and nchild[b] == 0 and H[i, 1] == S[b, _SEQ]:
+            H[kept, 0], H[kept, 1] = H[i, 0], H[i, 1]
             kept += 1
-    _heapify(ps, pq, pb, kept)
+    _heapify(H, kept)
     return kept
 
 

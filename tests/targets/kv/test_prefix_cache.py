@@ -19,6 +19,11 @@ from targets.kv.prefix_cache import (
     POP_HITS,
     READS_EWMA,
     READS_PARENT,
+    SKIP_DEPTH,
+    SKIP_EVICTIONS,
+    SKIP_PARENT,
+    SKIP_REUSE,
+    SKIP_TOKENS,
     TIME_VARYING,
     _count_percentiles,
     _percentiles,
@@ -284,7 +289,41 @@ _POPULATION_KEYS = {
 def test_a_key_names_the_statistics_to_compute_and_what_else_changes_between_evictions(
     features: set[str], population: int
 ) -> None:
-    assert population_reads(frozenset(features)) == population
+    assert population_reads(frozenset(features)) & ALL_POPULATION == population
+
+
+_UNREAD_GROUPS = {
+    "tokens, reuse and evictions": "def priority(b, p):\n"
+    "    return (b.tokens + b.prefix_tokens) / 512.0 - b.age / (1.0 + b.reuse_mean + b.last_interval)"
+    " + b.evictions - b.since_evicted / 1e6\n",
+    "depth and parent": "def priority(b, p):\n    return b.depth - b.age / 100.0 + b.parent_age / 1e4\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("features", "skipped"),
+    [
+        ({"age"}, SKIP_TOKENS | SKIP_DEPTH | SKIP_REUSE | SKIP_EVICTIONS | SKIP_PARENT),
+        ({"tokens", "reuse_mean", "since_evicted"}, SKIP_DEPTH | SKIP_PARENT),
+        ({"prefix_tokens", "last_interval", "evictions", "depth", "parent_requests"}, 0),
+    ],
+)
+def test_a_key_names_the_feature_groups_its_scoring_can_leave_out(features: set[str], skipped: int) -> None:
+    assert population_reads(frozenset(features)) & ~ALL_POPULATION == skipped
+
+
+@pytest.mark.parametrize("name", sorted(_UNREAD_GROUPS))
+@pytest.mark.parametrize("workload", [str(shipped_workload_path()), "gen:chat:0", "gen:agentic:1"])
+def test_leaving_out_the_features_a_key_does_not_read_evicts_exactly_what_writing_all_does(
+    name: str, workload: str
+) -> None:
+    program = check(_UNREAD_GROUPS[name], [PRIORITY])
+    key = to_numba(program, "priority", BLOCK_FEATURES.columns())
+    trace = load_workload(workload)
+    population = population_reads(key_reads(program, "priority"))
+    exact = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=ALL_POPULATION)
+    lean = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=population)
+    assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
 
 
 @pytest.mark.parametrize("name", sorted(_POPULATION_KEYS))
