@@ -148,33 +148,22 @@ def population_reads(features: frozenset[str]) -> int:
 
 @njit(cache=True, inline="always")
 def _heap_push(H, n, s, q):
-    """Add the entry (score s, seq q) to the heap H[:n] (one row an entry; the seq names the block too)."""
+    """Add the entry (score s, seq q) to the heap of n entries in H, entry i at H[2i] and H[2i + 1] (a flat
+    array: its index is a shift, where a row of two would be a multiplication by a stride)."""
     i = n
-    while i > 0 and _before(s, q, H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]):
+    while i > 0 and _before(s, q, H[(i - 1) // 2 * 2], H[(i - 1) // 2 * 2 + 1]):
         up = (i - 1) // 2
-        H[i, 0], H[i, 1] = H[up, 0], H[up, 1]
+        H[2 * i], H[2 * i + 1] = H[2 * up], H[2 * up + 1]
         i = up
-    H[i, 0], H[i, 1] = s, q
+    H[2 * i], H[2 * i + 1] = s, q
     return n + 1
 
 
 @njit(cache=True, inline="always")
 def _heap_pop(H, n):
-    """Take the top entry out, bottom-up (Floyd): the hole goes down the earlier children to the bottom and
-    the last entry climbs back, one comparison a level instead of two, as the last entry belongs low."""
+    """Take the top entry out; returns the entries left."""
     n -= 1
-    i, c = 0, 1
-    while c < n:
-        if c + 1 < n and _before(H[c + 1, 0], H[c + 1, 1], H[c, 0], H[c, 1]):
-            c += 1
-        H[i, 0], H[i, 1] = H[c, 0], H[c, 1]
-        i, c = c, 2 * c + 1
-    s, q = H[n, 0], H[n, 1]
-    while i > 0 and _before(s, q, H[(i - 1) // 2, 0], H[(i - 1) // 2, 1]):
-        up = (i - 1) // 2
-        H[i, 0], H[i, 1] = H[up, 0], H[up, 1]
-        i = up
-    H[i, 0], H[i, 1] = s, q
+    _sift_down(H, n, 0, H[2 * n], H[2 * n + 1])
     return n
 
 
@@ -182,21 +171,25 @@ def _heap_pop(H, n):
 def _heapify(H, n):
     """Order n unordered entries into a heap in O(n), cheaper than n pushes when a whole cache is scored."""
     for i in range(n // 2 - 1, -1, -1):
-        _sift_down(H, n, i)
+        _sift_down(H, n, i, H[2 * i], H[2 * i + 1])
 
 
 @njit(cache=True, inline="always")
-def _sift_down(H, n, i):
-    while True:
-        lo = i
-        for c in (2 * i + 1, 2 * i + 2):
-            if c < n and _before(H[c, 0], H[c, 1], H[lo, 0], H[lo, 1]):
-                lo = c
-        if lo == i:
-            break
-        H[lo, 0], H[i, 0] = H[i, 0], H[lo, 0]
-        H[lo, 1], H[i, 1] = H[i, 1], H[lo, 1]
-        i = lo
+def _sift_down(H, n, i, s, q):
+    """Put the entry (s, q) in the hole at i of the heap's n entries bottom-up (Floyd): the hole goes down
+    the earlier children to the bottom and the entry climbs back, one comparison a level instead of two, as
+    an entry taken from the bottom mostly belongs low."""
+    top, c = i, 2 * i + 1
+    while c < n:
+        if c + 1 < n and _before(H[2 * c + 2], H[2 * c + 3], H[2 * c], H[2 * c + 1]):
+            c += 1
+        H[2 * i], H[2 * i + 1] = H[2 * c], H[2 * c + 1]
+        i, c = c, 2 * c + 1
+    while i > top and _before(s, q, H[(i - 1) // 2 * 2], H[(i - 1) // 2 * 2 + 1]):
+        up = (i - 1) // 2
+        H[2 * i], H[2 * i + 1] = H[2 * up], H[2 * up + 1]
+        i = up
+    H[2 * i], H[2 * i + 1] = s, q
 
 
 @njit(cache=True, inline="always")
@@ -418,7 +411,7 @@ def _replay(
     hit_counts = np.zeros(_HIT_COUNTS + 1, np.int64)
     leaf_hits = np.zeros(_HIT_COUNTS + 1, np.int64)
 
-    # A key's heap, kept across requests: rows (score, seq), seq the block's last access when pushed
+    # A key's heap, kept across requests: entries (score, seq), seq the block's last access when pushed
     # (the block is blocks[seq - 1]), valid while the block is a cached leaf last accessed at `seq`; pinned
     # ones popped wait in `held` until the eviction ends. A static key's entry is scored when its block is
     # touched or exposed. A time-varying key's entries hold while `basis` does (the time and the statistics
@@ -426,7 +419,7 @@ def _replay(
     # (`dirty`); one that finds another scores every leaf anew.
     keyed = policy in (POLICY_STATIC_KEY, POLICY_KEY)
     room = 2 * capacity + 2 * max_len + 16 if keyed else 0
-    H = np.empty((room, 2), np.float64)
+    H = np.empty(2 * room, np.float64)
     held = np.empty(max_len + 1 if keyed else 0, np.int64)
     held_s = np.empty(max_len + 1 if keyed else 0, np.float64)
     basis = np.full(7, np.nan)  # now, hits p50 and p90, age p50 and p90, the two moving averages
@@ -490,7 +483,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
     static = policy == POLICY_STATIC_KEY
     keyed = static or policy == POLICY_KEY
     queued = policy in (POLICY_SIEVE, POLICY_S3FIFO)
-    room = H.shape[0]
+    room = H.size // 2
     small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
     main_cap = capacity - small_cap
     ghost_cap = int(_S3_GHOST_SHARE * capacity)
@@ -618,7 +611,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                         prefix_tokens,
                         population,
                     )
-                    H[j, 0], H[j, 1] = s, S[b, _SEQ]
+                    H[2 * j], H[2 * j + 1] = s, S[b, _SEQ]
                 pn = m
                 _heapify(H, pn)
                 basis[0], basis[1], basis[2], basis[3], basis[4] = now, h50, h90, a50, a90
@@ -630,7 +623,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                 if chained >= 0:  # a parent just exposed and ranked before every entry: no heap round trip
                     b, chained = chained, -1
                 else:
-                    score, pushed_seq = H[0, 0], H[0, 1]
+                    score, pushed_seq = H[0], H[1]
                     b = blocks[int(pushed_seq) - 1]  # seq counts the accesses from 1
                     pn = _heap_pop(H, pn)
                     if not (cached[b] and nchild[b] == 0 and pushed_seq == S[b, _SEQ]):
@@ -662,7 +655,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                             prefix_tokens,
                             population,
                         )
-                    if pn == 0 or _before(chained_s, S[p, _SEQ], H[0, 0], H[0, 1]):
+                    if pn == 0 or _before(chained_s, S[p, _SEQ], H[0], H[1]):
                         chained = p
                     else:
                         pn = _heap_push(H, pn, chained_s, S[p, _SEQ])
@@ -823,9 +816,9 @@ def _compact(H, pn, cached, nchild, S, blocks):
     """Drop the stale entries of the static heap and restore its order; returns the entries kept."""
     kept = 0
     for i in range(pn):
-        b = blocks[int(H[i, 1]) - 1]
-        if cached[b] and nchild[b] == 0 and H[i, 1] == S[b, _SEQ]:
-            H[kept, 0], H[kept, 1] = H[i, 0], H[i, 1]
+        b = blocks[int(H[2 * i + 1]) - 1]
+        if cached[b] and nchild[b] == 0 and H[2 * i + 1] == S[b, _SEQ]:
+            H[2 * kept], H[2 * kept + 1] = H[2 * i], H[2 * i + 1]
             kept += 1
     _heapify(H, kept)
     return kept
