@@ -595,10 +595,13 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
             else:
                 for i in range(n_dirty):
                     marked[dirty[i]] = False
-                if m < 0:
-                    m = _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age)
-                for j in range(m):
-                    b = row_block[j]
+                # the leaves themselves where no statistic collected them, else those collected (unpinned)
+                src, count = (leaves, n_leaves) if m < 0 else (row_block, m)
+                pn = 0
+                for j in range(count):
+                    b = src[j]
+                    if pinned[b]:
+                        continue
                     s = _score_now(
                         f,
                         params,
@@ -613,8 +616,8 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                         prefix_tokens,
                         population,
                     )
-                    H[2 * j], H[2 * j + 1] = s, S[b, _SEQ]
-                pn = m
+                    H[2 * pn], H[2 * pn + 1] = s, S[b, _SEQ]
+                    pn += 1
                 _heapify(H, pn)
                 basis[0], basis[1], basis[2], basis[3], basis[4] = now, h50, h90, a50, a90
                 basis[5], basis[6] = ewma[0], ewma[2]
