@@ -148,11 +148,12 @@ def population_reads(features: frozenset[str]) -> int:
 
 @njit(cache=True, inline="always")
 def _heap_push(H, n, s, q):
-    """Add the entry (score s, seq q) to the heap of n entries in H, entry i at H[2i] and H[2i + 1] (a flat
-    array: its index is a shift, where a row of two would be a multiplication by a stride)."""
+    """Add the entry (score s, seq q) to the heap of n entries in H: four children an entry (half the levels
+    of a binary heap), entry i at H[2i] and H[2i + 1] (a flat array: its index is a shift, where a row of
+    two would be a multiplication by a stride)."""
     i = n
-    while i > 0 and _before(s, q, H[(i - 1) // 2 * 2], H[(i - 1) // 2 * 2 + 1]):
-        up = (i - 1) // 2
+    while i > 0 and _before(s, q, H[(i - 1) // 4 * 2], H[(i - 1) // 4 * 2 + 1]):
+        up = (i - 1) // 4
         H[2 * i], H[2 * i + 1] = H[2 * up], H[2 * up + 1]
         i = up
     H[2 * i], H[2 * i + 1] = s, q
@@ -170,25 +171,31 @@ def _heap_pop(H, n):
 @njit(cache=True)
 def _heapify(H, n):
     """Order n unordered entries into a heap in O(n), cheaper than n pushes when a whole cache is scored."""
-    for i in range(n // 2 - 1, -1, -1):
+    for i in range((n - 2) // 4, -1, -1):
         _sift_down(H, n, i, H[2 * i], H[2 * i + 1])
 
 
 @njit(cache=True, inline="always")
 def _sift_down(H, n, i, s, q):
     """Put the entry (s, q) in the hole at i of the heap's n entries bottom-up (Floyd): the hole goes down
-    the earlier children to the bottom and the entry climbs back, one comparison a level instead of two, as
-    an entry taken from the bottom mostly belongs low."""
-    top, c = i, 2 * i + 1
-    while c + 1 < n:  # the later child if it goes first, by adding a comparison: no branch to mispredict
-        c += _before(H[2 * c + 2], H[2 * c + 3], H[2 * c], H[2 * c + 1])
-        H[2 * i], H[2 * i + 1] = H[2 * c], H[2 * c + 1]
-        i, c = c, 2 * c + 1
-    if c < n:  # an only child
-        H[2 * i], H[2 * i + 1] = H[2 * c], H[2 * c + 1]
-        i = c
-    while i > top and _before(s, q, H[(i - 1) // 2 * 2], H[(i - 1) // 2 * 2 + 1]):
-        up = (i - 1) // 2
+    the first children to the bottom and the entry climbs back, as an entry taken from the bottom mostly
+    belongs low. The first of four children is found by adding comparisons: no branch to mispredict."""
+    top, c = i, 4 * i + 1
+    while c + 3 < n:
+        a = c + _before(H[2 * c + 2], H[2 * c + 3], H[2 * c], H[2 * c + 1])
+        d = c + 2 + _before(H[2 * c + 6], H[2 * c + 7], H[2 * c + 4], H[2 * c + 5])
+        m = a + (d - a) * _before(H[2 * d], H[2 * d + 1], H[2 * a], H[2 * a + 1])
+        H[2 * i], H[2 * i + 1] = H[2 * m], H[2 * m + 1]
+        i, c = m, 4 * m + 1
+    if c < n:  # one to three children, at the bottom
+        m = c
+        for k in range(c + 1, min(c + 4, n)):
+            if _before(H[2 * k], H[2 * k + 1], H[2 * m], H[2 * m + 1]):
+                m = k
+        H[2 * i], H[2 * i + 1] = H[2 * m], H[2 * m + 1]
+        i = m
+    while i > top and _before(s, q, H[(i - 1) // 4 * 2], H[(i - 1) // 4 * 2 + 1]):
+        up = (i - 1) // 4
         H[2 * i], H[2 * i + 1] = H[2 * up], H[2 * up + 1]
         i = up
     H[2 * i], H[2 * i + 1] = s, q

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -26,6 +28,9 @@ from targets.kv.prefix_cache import (
     SKIP_TOKENS,
     TIME_VARYING,
     _count_percentiles,
+    _heap_pop,
+    _heap_push,
+    _heapify,
     _percentiles,
     key_policy,
     key_reads,
@@ -408,3 +413,33 @@ def test_hit_percentiles_counted_are_the_ones_selected(hits: list[int]) -> None:
     values = np.array(hits, dtype=np.float64)
     counted = _count_percentiles(values.copy(), values.size, np.zeros(256, np.int64))
     assert counted == _percentiles(values.copy(), values.size)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-3, 3), st.booleans()), max_size=200),
+    st.integers(0, 200),
+)
+def test_the_heap_gives_its_entries_lowest_score_first_then_oldest_access(
+    entries: list[tuple[int, bool]], split: int
+) -> None:
+    """Scores repeat (ties go to the older access); part of the entries are heapified at once, the rest
+    pushed one by one, popping in between: the same entries come out as from Python's heapq."""
+    rows = [(float(score), float(seq)) for seq, (score, _) in enumerate(entries, start=1)]
+    heap = np.empty(2 * len(rows) + 2, np.float64)
+    first = rows[:split]
+    for i, (score, seq) in enumerate(first):
+        heap[2 * i], heap[2 * i + 1] = score, seq
+    n = len(first)
+    _heapify(heap, n)
+    reference = list(first)
+    heapq.heapify(reference)
+    for (score, seq), (_, pop_now) in zip(rows[split:], entries[split:], strict=True):
+        n = _heap_push(heap, n, score, seq)
+        heapq.heappush(reference, (score, seq))
+        if pop_now:
+            assert (heap[0], heap[1]) == heapq.heappop(reference)
+            n = _heap_pop(heap, n)
+    while n:
+        assert (heap[0], heap[1]) == heapq.heappop(reference)
+        n = _heap_pop(heap, n)
+    assert not reference
