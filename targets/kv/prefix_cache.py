@@ -202,10 +202,12 @@ def _sift_down(H, n, i, s, q):
 
 
 @njit(cache=True, inline="always")
-def _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip):
+def _fill_row(X, b, now, requests, S, tree, skip):
     """Write the registry features of block b at time `now`, after `requests` requests, into X's one row
     (column order of BLOCK_FEATURES; the population columns 15 to 18, 24 and 25 are the caller's), but those
-    of the groups in `skip` (SKIP_* bits), which the key does not read."""
+    of the groups in `skip` (SKIP_* bits), which the key does not read; `tree` holds the trace's per-block
+    parent, depth, tokens and prefix tokens."""
+    parent, depth, block_tokens, prefix_tokens = tree
     accesses = S[b, _ACCESSES]
     X[0, 0] = now
     X[0, 1] = S[b, _LAST]
@@ -480,6 +482,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
     helpers taking arrays would otherwise pay for with atomic increments at every eviction (a quarter of a
     replay), and safe as it allocates nothing."""
     times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos = trace
+    tree = (parent, depth, block_tokens, prefix_tokens)  # what scoring reads of the trace
     S, cached, pinned, seen, nchild, leaves, leaf_pos = state
     X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked = scratch
     H, held, held_s = heap
@@ -584,20 +587,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                     b = dirty[i]
                     marked[b] = False
                     if cached[b] and nchild[b] == 0 and not pinned[b]:
-                        s = _score_now(
-                            f,
-                            params,
-                            X,
-                            b,
-                            now,
-                            r + 1.0,
-                            S,
-                            parent,
-                            depth,
-                            block_tokens,
-                            prefix_tokens,
-                            population,
-                        )
+                        s = _score_now(f, params, X, b, now, r + 1.0, S, tree, population)
                         pn = _heap_push(H, pn, s, S[b, _SEQ])
             else:
                 for i in range(n_dirty):
@@ -609,20 +599,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                     b = src[j]
                     if pinned[b]:
                         continue
-                    s = _score_now(
-                        f,
-                        params,
-                        X,
-                        b,
-                        now,
-                        r + 1.0,
-                        S,
-                        parent,
-                        depth,
-                        block_tokens,
-                        prefix_tokens,
-                        population,
-                    )
+                    s = _score_now(f, params, X, b, now, r + 1.0, S, tree, population)
                     H[2 * pn], H[2 * pn + 1] = s, S[b, _SEQ]
                     pn += 1
                 _heapify(H, pn)
@@ -653,20 +630,7 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
                     if static:
                         chained_s = _score(f, params, X, p, now, S, depth, block_tokens, prefix_tokens)
                     else:
-                        chained_s = _score_now(
-                            f,
-                            params,
-                            X,
-                            p,
-                            now,
-                            r + 1.0,
-                            S,
-                            parent,
-                            depth,
-                            block_tokens,
-                            prefix_tokens,
-                            population,
-                        )
+                        chained_s = _score_now(f, params, X, p, now, r + 1.0, S, tree, population)
                     if pn == 0 or _before(chained_s, S[p, _SEQ], H[0], H[1]):
                         chained = p
                     else:
@@ -809,10 +773,10 @@ def _score(f, params, X, b, now, S, depth, block_tokens, prefix_tokens):
 
 
 @njit(cache=True, inline="always")
-def _score_now(f, params, X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip):
+def _score_now(f, params, X, b, now, requests, S, tree, skip):
     """Block b's score at `now` under any key (the population columns of X are the caller's); NaN ranks
     lowest."""
-    _fill_row(X, b, now, requests, S, parent, depth, block_tokens, prefix_tokens, skip)
+    _fill_row(X, b, now, requests, S, tree, skip)
     s = f(X, 0, params)
     return s if s == s else -np.inf
 

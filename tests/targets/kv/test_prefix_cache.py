@@ -278,6 +278,14 @@ _POPULATION_KEYS = {
 }
 
 
+_UNREAD_GROUPS = {
+    "tokens, reuse and evictions": "def priority(b, p):\n"
+    "    return (b.tokens + b.prefix_tokens) / 512.0 - b.age / (1.0 + b.reuse_mean + b.last_interval)"
+    " + b.evictions - b.since_evicted / 1e6\n",
+    "depth and parent": "def priority(b, p):\n    return b.depth - b.age / 100.0 + b.parent_age / 1e4\n",
+}
+
+
 @pytest.mark.parametrize(
     ("features", "population"),
     [
@@ -297,14 +305,6 @@ def test_a_key_names_the_statistics_to_compute_and_what_else_changes_between_evi
     assert population_reads(frozenset(features)) & ALL_POPULATION == population
 
 
-_UNREAD_GROUPS = {
-    "tokens, reuse and evictions": "def priority(b, p):\n"
-    "    return (b.tokens + b.prefix_tokens) / 512.0 - b.age / (1.0 + b.reuse_mean + b.last_interval)"
-    " + b.evictions - b.since_evicted / 1e6\n",
-    "depth and parent": "def priority(b, p):\n    return b.depth - b.age / 100.0 + b.parent_age / 1e4\n",
-}
-
-
 @pytest.mark.parametrize(
     ("features", "skipped"),
     [
@@ -317,28 +317,15 @@ def test_a_key_names_the_feature_groups_its_scoring_can_leave_out(features: set[
     assert population_reads(frozenset(features)) & ~ALL_POPULATION == skipped
 
 
-@pytest.mark.parametrize("name", sorted(_UNREAD_GROUPS))
-@pytest.mark.parametrize("workload", [str(shipped_workload_path()), "gen:chat:0", "gen:agentic:1"])
-def test_leaving_out_the_features_a_key_does_not_read_evicts_exactly_what_writing_all_does(
-    name: str, workload: str
-) -> None:
-    program = check(_UNREAD_GROUPS[name], [PRIORITY])
-    key = to_numba(program, "priority", BLOCK_FEATURES.columns())
-    trace = load_workload(workload)
-    population = population_reads(key_reads(program, "priority"))
-    exact = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=ALL_POPULATION)
-    lean = replay_trace(trace, 150, key, np.zeros(0), POLICY_KEY, record=True, population=population)
-    assert all(np.array_equal(a, b) for a, b in zip(exact, lean, strict=True))
-
-
-@pytest.mark.parametrize("name", sorted(_POPULATION_KEYS))
+@pytest.mark.parametrize("name", sorted(_POPULATION_KEYS | _UNREAD_GROUPS))
 @pytest.mark.parametrize("workload", [str(shipped_workload_path()), "gen:chat:0", "gen:agentic:1"])
 def test_computing_only_the_statistics_a_key_reads_evicts_exactly_what_computing_all_does(
     name: str, workload: str
 ) -> None:
-    """The exact rule (every statistic, every evictable leaf scored at each eviction) against what the target
-    replays: only the statistics read, and the scores kept while the time and what the key reads stay put."""
-    program = check(_POPULATION_KEYS[name], [PRIORITY])
+    """The exact rule (every statistic and feature, every evictable leaf scored at each eviction) against what
+    the target replays: only the statistics and feature groups read, and the scores kept while the time and
+    what the key reads stay put."""
+    program = check((_POPULATION_KEYS | _UNREAD_GROUPS)[name], [PRIORITY])
     key = to_numba(program, "priority", BLOCK_FEATURES.columns())
     trace = load_workload(workload)
     population = population_reads(key_reads(program, "priority"))
