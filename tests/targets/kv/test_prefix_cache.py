@@ -402,6 +402,7 @@ def test_hit_percentiles_counted_are_the_ones_selected(hits: list[int]) -> None:
     assert counted == _percentiles(values.copy(), values.size)
 
 
+@settings(deadline=None)  # the first example compiles the heap's functions
 @given(
     st.lists(st.tuples(st.integers(-3, 3), st.booleans()), max_size=200),
     st.integers(0, 200),
