@@ -3,8 +3,9 @@ real engine on the same slice, the two rankings, their agreement, each figure's 
 
 Every policy runs in the sandbox, as in a search, one job at a time so the engine's timings have the cores.
 A validation may declare a `rounds` option: every policy is then served that many times, in turns (all
-policies once, then all again), each figure is the median over the rounds, and two policies that the engine
-orders one way in one round and the other way in another are tied in its ranking: it cannot tell them apart.
+policies once, then all again), each figure is the median over the rounds, and a pair of policies that the
+engine orders one way in one round and the other way in another is left out of the rankings' agreement: the
+engine has not told them apart, so their order is no evidence for or against the simulator.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
 module knows no target."""
 
@@ -36,17 +37,20 @@ def require(command: str, modules: tuple[str, ...]) -> None:
             raise UserError(f"{command} needs {module}: pip install 'crucible[{module}]'")
 
 
-def kendall_tau(a: list[float], b: list[float], b_tied: AbstractSet[tuple[int, int]] = frozenset()) -> float:
+def kendall_tau(
+    a: list[float], b: list[float], unsettled: AbstractSet[tuple[int, int]] = frozenset()
+) -> float:
     """Kendall's tau-b of two score lists, which discounts ties.
 
     Policies that make the same decisions tie exactly in the simulator, while the engine's measurements
-    of them differ by noise; tau-b neither rewards nor punishes either order of such a pair. `b_tied`
-    names pairs (i < j) that b cannot order although their scores differ (their repeats disagree).
+    of them differ by noise; tau-b neither rewards nor punishes either order of such a pair. `unsettled`
+    names pairs (i < j) whose order b did not establish (its repeats disagree): such a pair is no evidence
+    either way, so it is left out of both rankings rather than charged as a tie of b alone.
     """
-    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
-    sign = [0.0 if (i, j) in b_tied else (a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
+    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a)) if (i, j) not in unsettled]
+    sign = [(a[i] - a[j]) * (b[i] - b[j]) for i, j in pairs]
     untied_a = sum(a[i] != a[j] for i, j in pairs)
-    untied_b = sum(b[i] != b[j] and (i, j) not in b_tied for i, j in pairs)
+    untied_b = sum(b[i] != b[j] for i, j in pairs)
     if not untied_a or not untied_b:
         return 1.0 if untied_a == untied_b else 0.0
     return (sum(s > 0 for s in sign) - sum(s < 0 for s in sign)) / (untied_a * untied_b) ** 0.5
@@ -127,8 +131,9 @@ def relative_error(simulated: float, measured: float) -> float | None:
 
 def report(validation: Validation, served: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
-    the rankings' agreement (engine ties: pairs whose order changes between rounds), the ranking figure's
-    error range, the `largest` figures and every check with its verdict."""
+    the rankings' agreement over the pairs the engine settled (the unsettled ones: pairs whose order changes
+    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures and
+    every check with its verdict."""
     rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
@@ -154,12 +159,14 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
     }
     errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
     tied = unsettled(served, ranked.measured)
+    pairs = len(names) * (len(names) - 1) // 2
     figures: dict[str, Any] = {
         "kendall_tau": kendall_tau(
             [rows[n][ranked.simulated] for n in names],
             [rows[n][ranked.measured] for n in names],
             {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in tied},
         ),
+        "engine_settled": (pairs - len(tied)) / pairs if pairs else 1.0,
         "error_min": min(errors, default=None),
         "error_max": max(errors, default=None),
         **{name: max(rows[n][metric] for n in names) for name, metric in validation.largest.items()},
@@ -177,7 +184,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
         "ranked_by": ranked.simulated,
         "direction": validation.direction,
         "rounds": len(next(iter(served.values()), [])),
-        "engine_ties": sorted(tied),
+        "unsettled": sorted(tied),
         "policies": policies,
         **figures,
         "checks": checks,
@@ -216,9 +223,11 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
         f"per-policy error of {validation.rank_by} {errors}"
     ]
     if result["rounds"] > 1:
-        ties = ", ".join(f"{a} ~ {b}" for a, b in result["engine_ties"]) or "none"
-        flips = f"the engine's order by {validation.rank_by} changes between rounds"
-        lines.append(f"medians of {result['rounds']} rounds; engine ties ({flips}): {ties}")
+        ties = ", ".join(f"{a} ~ {b}" for a, b in result["unsettled"]) or "none"
+        lines.append(
+            f"medians of {result['rounds']} rounds; the engine settled {result['engine_settled']:.0%} of "
+            f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {ties}"
+        )
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

@@ -235,7 +235,8 @@ class Shown:
 @dataclass(frozen=True)
 class Check:
     """A bound a figure of the validation report must meet for the simulator's ranking to be trusted:
-    `figure` is "kendall_tau", "error_max" (the ranking figure's worst per-policy error) or a name of
+    `figure` is "kendall_tau", "error_max" (the ranking figure's worst per-policy error),
+    "engine_settled" (the share of pairs whose order the engine kept in every round) or a name of
     `Validation.largest`."""
 
     figure: str

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from search.cli import main
 from search.validation import kendall_tau, report
+from targets.base import Check
 from targets.costmodel.model import COLLECTIVES, OPERATORS, CostModel, load_profile
 from targets.costmodel.shapes import ModelShape
 from targets.kv.validation import VALIDATION as KV
@@ -23,10 +25,12 @@ def test_kendall_tau_counts_order_and_discounts_exact_ties() -> None:
     assert kendall_tau([1, 1, 3], [1.0, 1.1, 3.0]) == kendall_tau([1, 1, 3], [1.1, 1.0, 3.0]) > 0.8
 
 
-def test_pairs_the_engine_cannot_order_count_as_ties_in_its_ranking() -> None:
+def test_pairs_the_engine_did_not_settle_are_left_out_of_both_rankings() -> None:
     assert kendall_tau([1, 2, 3], [2.0, 1.0, 3.0]) == pytest.approx(1 / 3)
-    assert kendall_tau([1, 2, 3], [2.0, 1.0, 3.0], b_tied={(0, 1)}) == pytest.approx(2 / 6**0.5)
-    assert kendall_tau([1, 2, 3], [1.0, 2.0, 3.0], b_tied={(0, 1), (0, 2), (1, 2)}) == 0.0, "nothing resolved"
+    assert kendall_tau([1, 2, 3], [2.0, 1.0, 3.0], unsettled={(0, 1)}) == 1.0, "a flipped pair is no evidence"
+    assert kendall_tau([1, 2, 3], [3.0, 1.0, 2.0], unsettled={(1, 2)}) == -1.0, "settled pairs still count"
+    assert kendall_tau([1, 1, 3], [1.0, 2.0, 3.0], unsettled={(1, 2)}) == pytest.approx(1 / 2**0.5)
+    assert kendall_tau([1, 2, 3], [1.0, 2.0, 3.0], unsettled={(0, 1), (0, 2), (1, 2)}) == 1.0, "none left"
 
 
 def _served(sim: float, engine: list[float]) -> list[dict[str, float]]:
@@ -34,7 +38,7 @@ def _served(sim: float, engine: list[float]) -> list[dict[str, float]]:
     return [{"prefill_ms_saved": sim, "engine_prefill_ms_saved": e, **row} for e in engine]
 
 
-def test_rounds_give_medians_and_tie_the_policies_whose_engine_order_flips_between_rounds() -> None:
+def test_rounds_give_medians_and_leave_out_the_pairs_whose_engine_order_flips_between_rounds() -> None:
     result = report(
         KV,
         {
@@ -46,8 +50,8 @@ def test_rounds_give_medians_and_tie_the_policies_whose_engine_order_flips_betwe
     assert result["rounds"] == 3
     assert result["policies"]["a"]["engine_prefill_ms_saved"] == 100.0, "the median of the rounds"
     assert result["policies"]["a"]["engine_prefill_ms_saved_rounds"] == [90.0, 120.0, 100.0]
-    assert result["engine_ties"] == [("a", "b")]
-    assert result["kendall_tau"] == pytest.approx(2 / 6**0.5), "a, b tie in the engine; other pairs agree"
+    assert result["unsettled"] == [("a", "b")] and result["engine_settled"] == pytest.approx(2 / 3)
+    assert result["kendall_tau"] == 1.0, "a, b left out; the other pairs agree"
 
 
 def test_a_pair_the_engine_orders_alike_in_every_round_is_settled_though_the_machine_drifted() -> None:
@@ -58,7 +62,7 @@ def test_a_pair_the_engine_orders_alike_in_every_round_is_settled_though_the_mac
             "b": _served(110.0, [100.0, 140.0, 115.0]),  # ranges overlap, yet b leads a in every round
         },
     )
-    assert result["engine_ties"] == []
+    assert result["unsettled"] == [] and result["engine_settled"] == 1.0
     assert result["kendall_tau"] == 1.0
 
 
@@ -148,7 +152,7 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
     assert "profile cpu-2core-passes: measured 2026-12-01, load average " in err, "the pricing's load, said"
     report = json.loads(out)
     assert set(report["policies"]) == {"fcfs", "spf"}
-    assert report["rounds"] == 2 and all(len(pair) == 2 for pair in report["engine_ties"])
+    assert report["rounds"] == 2 and all(len(pair) == 2 for pair in report["unsettled"])
     assert report["ranked_by"] == "ttft_mean_ms"
     assert {report["policies"][p]["engine_rank"] for p in ("fcfs", "spf")} == {1, 2}
     assert -1.0 <= report["kendall_tau"] <= 1.0
@@ -221,3 +225,11 @@ def test_profile_json_is_the_summary_of_the_profile_it_wrote(tmp_path, capsys, m
         held_back,
     )
     assert 0 < held_back < all_reduce["samples"] and 0 <= median <= worst
+
+
+def test_a_validation_can_require_the_engine_to_settle_most_pairs() -> None:
+    needs_half = replace(KV, checks=(Check("engine_settled", at_least=0.5),))
+    flips = {"a": [90.0, 120.0, 100.0], "b": [95.0, 105.0, 98.0], "c": [97.0, 101.0, 110.0]}  # all flip
+    result = report(needs_half, {n: _served(100.0 + i, e) for i, (n, e) in enumerate(flips.items())})
+    assert result["engine_settled"] == 0.0 and result["kendall_tau"] == 1.0, "no pair left to disagree"
+    assert [c["passed"] for c in result["checks"]] == [False]
