@@ -158,15 +158,15 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
         for n in names
     }
     errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
-    tied = unsettled(served, ranked.measured)
+    flips = unsettled(served, ranked.measured)
     pairs = len(names) * (len(names) - 1) // 2
     figures: dict[str, Any] = {
         "kendall_tau": kendall_tau(
             [rows[n][ranked.simulated] for n in names],
             [rows[n][ranked.measured] for n in names],
-            {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in tied},
+            {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in flips},
         ),
-        "engine_settled": (pairs - len(tied)) / pairs if pairs else 1.0,
+        "engine_settled": (pairs - len(flips)) / pairs if pairs else 1.0,
         "error_min": min(errors, default=None),
         "error_max": max(errors, default=None),
         **{name: max(rows[n][metric] for n in names) for name, metric in validation.largest.items()},
@@ -184,7 +184,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
         "ranked_by": ranked.simulated,
         "direction": validation.direction,
         "rounds": len(next(iter(served.values()), [])),
-        "unsettled": sorted(tied),
+        "unsettled": sorted(flips),
         "policies": policies,
         **figures,
         "checks": checks,
@@ -223,10 +223,10 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
         f"per-policy error of {validation.rank_by} {errors}"
     ]
     if result["rounds"] > 1:
-        ties = ", ".join(f"{a} ~ {b}" for a, b in result["unsettled"]) or "none"
+        left_out = ", ".join(f"{a} ~ {b}" for a, b in result["unsettled"]) or "none"
         lines.append(
             f"medians of {result['rounds']} rounds; the engine settled {result['engine_settled']:.0%} of "
-            f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {ties}"
+            f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {left_out}"
         )
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:

@@ -57,8 +57,7 @@ def _request(rng: np.random.Generator, now: float) -> dict[str, float]:
         computed = 0.0
     first_token = arrival + waiting * float(rng.uniform(0.0, 1.0))
     deadline = arrival + TTFT_SLO_S if generated == 0.0 else first_token + generated * TPOT_SLO_S
-    ran = state in ("prefilling", "decoding") or (state == "preempted")
-    since_run = waiting * float(rng.uniform(0.0, 1.0)) if ran else waiting
+    since_run = waiting * float(rng.uniform(0.0, 1.0)) if state != "waiting" else waiting
     return {
         "arrival": arrival,
         "waiting": now - arrival,
