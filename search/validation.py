@@ -101,7 +101,8 @@ def run_candidates(
 
 
 def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Each policy's figures as the median over its rounds (the simulator's are the same in every round)."""
+    """Each policy's figures as the median over its rounds (the simulator's too: where a job re-times the
+    profile before serving, they move with the machine's speed from round to round)."""
     return {
         name: {metric: statistics.median(r[metric] for r in runs) for metric in runs[0]}
         for name, runs in served.items()
@@ -209,7 +210,7 @@ def table(validation: Validation, title: str, result: dict[str, Any]) -> Table:
             if c is ranked:
                 error = row[f"error_{c.simulated}"]
                 cells.append("n/a" if error is None else f"{error:.1%}")
-        cells += [format(row[s.metric], s.fmt) for s in validation.shown]
+        cells += [format(row[s.metric], s.fmt) if s.metric in row else "n/a" for s in validation.shown]
         out.add_row(*cells)
     return out
 

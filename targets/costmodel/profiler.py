@@ -13,7 +13,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +22,18 @@ import torch.distributed as dist
 
 from targets.engine import ops
 
-from .model import COLLECTIVES, OPERATORS, PASS, CostModel, Fit, Profile, Sample, fit, hold_back
+from .model import (
+    COLLECTIVES,
+    OPERATORS,
+    PASS,
+    CostModel,
+    Fit,
+    Profile,
+    ProfileError,
+    Sample,
+    fit,
+    hold_back,
+)
 from .shapes import ModelShape
 
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -240,12 +251,12 @@ def measure_collectives(world: int, settings: Settings) -> dict[str, list[Sample
     return samples
 
 
-def _compositions() -> Iterator[tuple[list[int], list[int], list[int]]]:
-    """(chunk sizes, their cached tokens, decode contexts) of every timed pass."""
+def _compositions(max_tokens: float) -> Iterator[tuple[list[int], list[int], list[int]]]:
+    """(chunk sizes, their cached tokens, decode contexts) of every timed pass of at most max_tokens."""
     short = itertools.product(PASS_DECODES, PASS_CHUNKS, PASS_CONTEXT)
     long = itertools.product(PASS_DECODES[::3], PASS_LONG, PASS_CONTEXT)
     for decodes, chunks, (context, cached) in itertools.chain(short, long):
-        if decodes or chunks:
+        if (decodes or chunks) and sum(chunks) + decodes <= max_tokens:
             yield list(chunks), [cached] * len(chunks), [context] * decodes
 
 
@@ -253,8 +264,9 @@ def measure_passes(
     model: ModelShape,
     settings: Settings,
     block: int,
-    operators: dict[str, Fit],
+    operators: Mapping[str, Fit],
     progress: Callable[[str], None],
+    max_tokens: float = float("inf"),
 ) -> list[Sample]:
     """Whole forward passes of the engine (targets/engine/model.py) at a grid of batch compositions, each
     with what its operators cost as profiled alone (ops_ms), to fit the pass over them. Runs on the CPU, where
@@ -268,7 +280,7 @@ def measure_passes(
     alone = CostModel(Profile("alone", settings.device, "", model, operators, {}), model)
     g = torch.Generator().manual_seed(settings.seed)
     scattered = torch.randperm(POOL_BLOCKS, generator=g)
-    compositions = list(_compositions())
+    compositions = list(_compositions(max_tokens))
     batches = []
     for chunks, cached, contexts in compositions:
         rows, used = [], 0
@@ -296,6 +308,22 @@ def measure_passes(
         }
         samples.append(Sample(shape, statistics.median(ms)))
     return samples
+
+
+def retime_passes(profile: Profile, settings: Settings, block: int, max_tokens: int) -> tuple[Profile, float]:
+    """The profile with its whole-pass fit measured again now, over passes of at most `max_tokens` tokens,
+    and the median ratio of those passes' times to the profile's pricing of them. A CPU's speed drifts by
+    tens of per cent within an hour, even idle; a simulator checked against the engine must price the
+    machine as the engine finds it, so the check re-times the passes just before the engine serves."""
+    if PASS not in profile.operators:
+        raise ProfileError(f"profile {profile.name} has no timed forward passes to re-time")
+    operators = {op: fitted for op, fitted in profile.operators.items() if op != PASS}
+    passes = measure_passes(profile.model, settings, block, operators, lambda _: None, max_tokens)
+    before = profile.operators[PASS]
+    ratio = statistics.median(s.ms / float(before.predict(**s.shape)) for s in passes)
+    operators[PASS] = fit(PASS, hold_back(passes, settings.seed + len(operators)))
+    meta = {**profile.meta, "passes_retimed": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return replace(profile, operators=operators, meta=meta), ratio
 
 
 def profile(

@@ -156,6 +156,34 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
     assert report["ranked_by"] == "ttft_mean_ms"
     assert {report["policies"][p]["engine_rank"] for p in ("fcfs", "spf")} == {1, 2}
     assert -1.0 <= report["kendall_tau"] <= 1.0
+    assert all(0.2 < row["passes_vs_profile"] < 5 for row in report["policies"].values()), (
+        "each job re-timed the profile's passes on this machine before the engine served"
+    )
+
+
+@pytest.mark.torch
+def test_re_timing_refits_only_the_whole_pass_over_passes_no_larger_than_an_iteration() -> None:
+    pytest.importorskip("torch")
+    from targets.costmodel.profiler import Settings, retime_passes
+
+    shipped = load_profile("cpu-2core-passes")
+    retimed, ratio = retime_passes(shipped, Settings(warmup=0, repeats=1), block=8, max_tokens=40)
+    passes = retimed.operators["forward"].samples
+    assert passes and all(s.shape["tokens"] <= 40 for s in passes)
+    assert passes != shipped.operators["forward"].samples, "measured now, not copied"
+    assert all(retimed.operators[op] is shipped.operators[op] for op in OPERATORS if op != "forward")
+    assert 0.2 < ratio < 5, "this machine's passes against the profile's pricing of them"
+    assert "passes_retimed" in retimed.meta and retimed.meta["date"] == shipped.meta["date"]
+
+
+@pytest.mark.torch
+def test_a_profile_without_timed_passes_cannot_be_re_timed() -> None:
+    pytest.importorskip("torch")
+    from targets.costmodel.model import ProfileError
+    from targets.costmodel.profiler import Settings, retime_passes
+
+    with pytest.raises(ProfileError, match="no timed forward passes"):
+        retime_passes(load_profile("cpu-2core"), Settings(), block=8, max_tokens=64)
 
 
 @pytest.mark.torch
