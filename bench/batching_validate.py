@@ -5,14 +5,15 @@ Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the he
 served on the same scaled-down slice (priced by the cost model, and run on real kernels in the engine) in
 `--rounds` turns, and prints both rankings (the engine's ties: pairs whose order flips between rounds),
 Kendall tau-b and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8,
-every error <= 25 %) fails. Price it with a profile measured on this machine under the load it runs at
-(`crucible profile`; the default `cpu-2core-passes` is this machine idle, `cpu-2core-busy` the same while
-other jobs ran), since the engine times its passes there.
+every error <= 25 %, the engine settling half the pairs) fails. Each job times the profile's whole
+forward passes again on this machine just before its engine serves, and prices the simulator with them
+(`--retime-passes false` prices with the profile as measured: `crucible profile`; the default
+`cpu-2core-passes` is this machine idle, `cpu-2core-busy` the same while other jobs ran).
 
     python bench/batching_validate.py [--requests 0:200] [--capacity 128] [--block-tokens 8] [--load 25]
-        [--rounds 3] [--profile cpu-2core-passes]
+        [--rounds 3] [--profile cpu-2core-passes] [--retime-passes true]
 
-Takes about a minute a round on 2 idle cores.
+Takes about two minutes a round on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def main() -> None:
     parser.add_argument(
         "--profile", default="cpu-2core-passes", help="shipped, or a file `crucible profile` wrote"
     )
+    parser.add_argument("--retime-passes", default="true", choices=("true", "false"))
     parser.add_argument("--sandbox", default="auto")
     args = parser.parse_args()
     crucible(
         ["validate", "--target", "batching", "--check", "--workload", args.trace, "--requests", args.requests,
          "--capacity", str(args.capacity), "--block-tokens", str(args.block_tokens), "--load", str(args.load),
          "--token-divisor", str(args.token_divisor), "--max-output", str(args.max_output),
-         "--rounds", str(args.rounds), "--profile", args.profile, "--sandbox", args.sandbox,
+         "--rounds", str(args.rounds), "--profile", args.profile, "--retime-passes", args.retime_passes,
+         "--sandbox", args.sandbox,
          "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)]
     )  # fmt: skip
 

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -214,8 +215,12 @@ def validate(args: argparse.Namespace) -> None:
     jobs = candidate_jobs(target, args.candidates, instance)
     if "profile" in values:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
-    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
-    result = report(validation, served)
+    rounds = int(values.get("rounds", 1))
+    with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
+        calibrate = validation.calibrate
+        measure = functools.partial(calibrate, instance, values, Path(folder)) if calibrate else None
+        served, calibration = run_candidates(jobs, instance.label, args.sandbox, rounds, measure)
+    result = report(validation, served, calibration)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
     else:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,30 +81,41 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
 
 
 def run_candidates(
-    jobs: dict[str, Job], label: str, sandbox: str, rounds: int = 1
-) -> dict[str, list[dict[str, float]]]:
+    jobs: dict[str, Job],
+    label: str,
+    sandbox: str,
+    rounds: int = 1,
+    calibrate: Callable[[], tuple[Instance, dict[str, float]]] | None = None,
+) -> tuple[dict[str, list[dict[str, float]]], list[dict[str, float]]]:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
-    slows down for a while slows every policy's figures alike. A job that does not end ok is a one-line
-    error."""
+    slows down for a while slows every policy's figures alike; `calibrate`, if given, gives each round the
+    instance all its jobs serve, and what it measured is returned per round. A job that does not end ok is
+    a one-line error."""
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
     served: dict[str, list[dict[str, float]]] = {name: [] for name in jobs}
+    measured: list[dict[str, float]] = []
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
+            if calibrate:
+                status.update(f"measuring the machine before round {round_} of {rounds}")
+                instance, figures = calibrate()
+                jobs = {name: replace(job, instances=(instance,)) for name, job in jobs.items()}
+                measured.append(figures)
             for name, job in jobs.items():
                 status.update(f"{name}: simulator and engine on {label}, round {round_} of {rounds}")
                 result = box.run(job)
                 if result.status != "ok":
                     raise UserError(f"{name}: {result.status}: {result.message}")
                 served[name].append(result.instances[0].metrics)
-    return served
+    return served, measured
 
 
 def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Each policy's figures as the median over its rounds (the simulator's too: where a job re-times the
-    profile before serving, they move with the machine's speed from round to round)."""
+    """Each policy's figures as the median over its rounds (the simulator's too: where each round is priced
+    as the machine measured before it, they move with its speed from round to round)."""
     return {
         name: {metric: statistics.median(r[metric] for r in runs) for metric in runs[0]}
         for name, runs in served.items()
@@ -130,11 +143,15 @@ def relative_error(simulated: float, measured: float) -> float | None:
     return 0.0 if simulated == measured else None
 
 
-def report(validation: Validation, served: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+def report(
+    validation: Validation,
+    served: dict[str, list[dict[str, float]]],
+    calibration: list[dict[str, float]] | None = None,
+) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
     the rankings' agreement over the pairs the engine settled (the unsettled ones: pairs whose order changes
-    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures and
-    every check with its verdict."""
+    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures, what
+    was measured before each round and every check with its verdict."""
     rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
@@ -150,6 +167,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
             **rows[n],
             "sim_rank": sim[n],
             "engine_rank": engine[n],
+            f"{ranked.simulated}_rounds": [r[ranked.simulated] for r in served[n]],
             f"{ranked.measured}_rounds": [r[ranked.measured] for r in served[n]],
             **{
                 f"error_{c.simulated}": relative_error(rows[n][c.simulated], rows[n][c.measured])
@@ -186,6 +204,7 @@ def report(validation: Validation, served: dict[str, list[dict[str, float]]]) ->
         "direction": validation.direction,
         "rounds": len(next(iter(served.values()), [])),
         "unsettled": sorted(flips),
+        "calibration": calibration or [],
         "policies": policies,
         **figures,
         "checks": checks,
@@ -210,7 +229,7 @@ def table(validation: Validation, title: str, result: dict[str, Any]) -> Table:
             if c is ranked:
                 error = row[f"error_{c.simulated}"]
                 cells.append("n/a" if error is None else f"{error:.1%}")
-        cells += [format(row[s.metric], s.fmt) if s.metric in row else "n/a" for s in validation.shown]
+        cells += [format(row[s.metric], s.fmt) for s in validation.shown]
         out.add_row(*cells)
     return out
 
@@ -229,6 +248,9 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
             f"medians of {result['rounds']} rounds; the engine settled {result['engine_settled']:.0%} of "
             f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {left_out}"
         )
+    for figure in sorted({figure for measured in result["calibration"] for figure in measured}):
+        each = ", ".join(f"{measured[figure]:.3g}" for measured in result["calibration"])
+        lines.append(f"measured before each round, {figure}: {each}")
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

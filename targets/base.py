@@ -253,6 +253,12 @@ class Check:
         return " and ".join([*parts, *([f"<= {self.at_most:g}"] if self.at_most is not None else [])])
 
 
+Calibrate = Callable[[Instance, Mapping[str, Any], Path], tuple[Instance, dict[str, float]]]
+"""Measures what drifts between a validation's rounds (a CPU's speed), before each round and on the machine
+its jobs run on: given the slice, the option values and a folder to write into, the slice the round serves
+(e.g. priced by a profile it wrote there) and figures that say what it measured."""
+
+
 @dataclass(frozen=True)
 class Validation:
     """How a target's simulator is checked against the real engine (`crucible validate`), as data.
@@ -263,7 +269,8 @@ class Validation:
     policies are ranked by `rank_by` (a compared figure's label) in `direction`, in the simulator and in
     the engine, and Kendall's tau says how well the two rankings agree. `largest` names report figures
     that are the largest value of a metric over the policies (e.g. a logit difference that must stay
-    tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent).
+    tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent);
+    `calibrate`, if set, runs before each round.
     """
 
     options: tuple[Option, ...]
@@ -275,6 +282,7 @@ class Validation:
     largest: Mapping[str, str] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     requires: tuple[str, ...] = ()
+    calibrate: Calibrate | None = None
 
     def __post_init__(self) -> None:
         if self.rank_by not in {c.label for c in self.compared}:

@@ -49,16 +49,6 @@ class PricedExecutor:
         return float(ms)
 
 
-def retimed_cost_model(model: CostModel, limits: Limits) -> tuple[CostModel, float]:
-    """The cost model with its whole forward passes timed again on this machine now, over passes no larger
-    than an iteration (profiler.retime_passes), and the ratio of their times to the profile's pricing."""
-    from targets.costmodel.profiler import Settings, retime_passes
-
-    settings = Settings(warmup=1, repeats=3)  # a few seconds: the probe precedes every engine serving
-    profile, ratio = retime_passes(model.profile, settings, limits.block_tokens, limits.token_budget)
-    return CostModel(profile, model.model), ratio
-
-
 def engine_executor(requests: Requests, limits: Limits, settings: Mapping[str, Any]) -> Executor:
     """The real engine as an executor: a random-weight model of the settings' shape and seed."""
     from targets.engine.model import Transformer

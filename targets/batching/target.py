@@ -33,7 +33,7 @@ from .behaviour import behaviour_sample
 from .capacity import GOAL, capacity
 from .compiled_scheduler import Pricing, serve_priced
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
-from .kernels import cost_model, engine_executor, retimed_cost_model
+from .kernels import cost_model, engine_executor
 from .metrics import METRICS, serving_metrics
 from .properties import PROPERTIES
 from .scheduler import Executor, Limits, Served, serve
@@ -214,12 +214,9 @@ class BatchingTarget:
         requests, limits = instance_requests(instance), instance_limits(instance, budget)
         slo = slo_s(instance)
         model = cost_model(str(instance.config.get("profile", DEFAULT_PROFILE)))
-        engine = instance.config.get("engine")
-        retimed: dict[str, float] = {}
-        if engine and engine.get("retime_passes"):
-            model, retimed["passes_vs_profile"] = retimed_cost_model(model, limits)
         pricing = Pricing.of(model, limits.token_budget, limits.max_seqs)
-        metrics = serving_metrics(simulate(instance, requests, limits, key, params, pricing), slo) | retimed
+        metrics = serving_metrics(simulate(instance, requests, limits, key, params, pricing), slo)
+        engine = instance.config.get("engine")
         if instance.role in self.sweep_roles and not engine:
             metrics |= swept_capacity(instance, limits, key, params, pricing)
         if engine:
