@@ -8,6 +8,7 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,15 @@ from targets.costmodel.model import Profile, ProfileError, load_profile
 from targets.costmodel.shapes import MODELS, TINY
 
 from .errors import UserError
-from .validation import candidate_jobs, report, require, run_candidates, summary, table
+from .validation import (
+    candidate_jobs,
+    report,
+    require,
+    run_candidates,
+    simulated_again,
+    summary,
+    table,
+)
 
 _err = Console(stderr=True)
 
@@ -215,12 +224,16 @@ def validate(args: argparse.Namespace) -> None:
     jobs = candidate_jobs(target, args.candidates, instance)
     if "profile" in values:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
-    rounds = int(values.get("rounds", 1))
-    with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
-        calibrate = validation.calibrate
-        measure = functools.partial(calibrate, instance, values, Path(folder)) if calibrate else None
-        served, calibration = run_candidates(jobs, instance.label, args.sandbox, rounds, measure)
-    result = report(validation, served, calibration)
+    calibration, measurements = validation.calibration, []
+    measure = (lambda: measurements.append(calibration.measure(instance, values))) if calibration else None
+    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)), measure)
+    measured: dict[str, Any] = {}
+    if calibration and any(m is not None for m in measurements):
+        with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
+            priced, measured = calibration.priced(instance, values, measurements, Path(folder))
+            again = {name: replace(job, instances=(priced,)) for name, job in jobs.items()}
+            served = simulated_again(served, again, args.sandbox)
+    result = report(validation, served, measured)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
     else:

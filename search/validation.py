@@ -15,7 +15,6 @@ import importlib.util
 import statistics
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,37 +84,41 @@ def run_candidates(
     label: str,
     sandbox: str,
     rounds: int = 1,
-    calibrate: Callable[[], tuple[Instance, dict[str, float]]] | None = None,
-) -> tuple[dict[str, list[dict[str, float]]], list[dict[str, float]]]:
+    before_round: Callable[[], None] | None = None,
+) -> dict[str, list[dict[str, float]]]:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
-    slows down for a while slows every policy's figures alike; `calibrate`, if given, gives each round the
-    instance all its jobs serve, and what it measured is returned per round. A job that does not end ok is
-    a one-line error."""
+    slows down for a while slows every policy's figures alike; `before_round` (a calibration's measure)
+    runs before each. A job that does not end ok is a one-line error."""
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
     served: dict[str, list[dict[str, float]]] = {name: [] for name in jobs}
-    measured: list[dict[str, float]] = []
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
-            if calibrate:
+            if before_round:
                 status.update(f"measuring the machine before round {round_} of {rounds}")
-                instance, figures = calibrate()
-                jobs = {name: replace(job, instances=(instance,)) for name, job in jobs.items()}
-                measured.append(figures)
+                before_round()
             for name, job in jobs.items():
-                status.update(f"{name}: simulator and engine on {label}, round {round_} of {rounds}")
+                status.update(f"{name}: {label}, round {round_} of {rounds}")
                 result = box.run(job)
                 if result.status != "ok":
                     raise UserError(f"{name}: {result.status}: {result.message}")
                 served[name].append(result.instances[0].metrics)
-    return served, measured
+    return served
+
+
+def simulated_again(
+    served: dict[str, list[dict[str, float]]], jobs: dict[str, Job], sandbox: str
+) -> dict[str, list[dict[str, float]]]:
+    """Every round's figures with the simulator's replaced by each job's (the simulator alone, priced as
+    the machine was measured during the rounds); the engine's stay the rounds'."""
+    again = run_candidates(jobs, "the simulator priced as measured", sandbox)
+    return {name: [{**row, **again[name][0]} for row in rows] for name, rows in served.items()}
 
 
 def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Each policy's figures as the median over its rounds (the simulator's too: where each round is priced
-    as the machine measured before it, they move with its speed from round to round)."""
+    """Each policy's figures as the median over its rounds (the simulator's are the same in every round)."""
     return {
         name: {metric: statistics.median(r[metric] for r in runs) for metric in runs[0]}
         for name, runs in served.items()
@@ -146,7 +149,7 @@ def relative_error(simulated: float, measured: float) -> float | None:
 def report(
     validation: Validation,
     served: dict[str, list[dict[str, float]]],
-    calibration: list[dict[str, float]] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
     the rankings' agreement over the pairs the engine settled (the unsettled ones: pairs whose order changes
@@ -204,7 +207,7 @@ def report(
         "direction": validation.direction,
         "rounds": len(next(iter(served.values()), [])),
         "unsettled": sorted(flips),
-        "calibration": calibration or [],
+        "calibration": calibration or {},
         "policies": policies,
         **figures,
         "checks": checks,
@@ -248,9 +251,9 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
             f"medians of {result['rounds']} rounds; the engine settled {result['engine_settled']:.0%} of "
             f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {left_out}"
         )
-    for figure in sorted({figure for measured in result["calibration"] for figure in measured}):
-        each = ", ".join(f"{measured[figure]:.3g}" for measured in result["calibration"])
-        lines.append(f"measured before each round, {figure}: {each}")
+    for figure, value in result["calibration"].items():
+        shown = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else f"{value:.3g}"
+        lines.append(f"the simulator priced as measured during the rounds: {figure} {shown}")
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

@@ -253,10 +253,16 @@ class Check:
         return " and ".join([*parts, *([f"<= {self.at_most:g}"] if self.at_most is not None else [])])
 
 
-Calibrate = Callable[[Instance, Mapping[str, Any], Path], tuple[Instance, dict[str, float]]]
-"""Measures what drifts between a validation's rounds (a CPU's speed), before each round and on the machine
-its jobs run on: given the slice, the option values and a folder to write into, the slice the round serves
-(e.g. priced by a profile it wrote there) and figures that say what it measured."""
+@dataclass(frozen=True)
+class Calibration:
+    """What drifts while a validation runs (a CPU's speed), measured and priced in. `measure` runs before
+    each round, on the machine the jobs run on, and returns its measurement (None where the options ask
+    for none); after the last round `priced` turns them all into the instance the simulator alone is priced
+    on once more (files written into the folder), with figures that say what was measured. The engine's
+    figures stay the rounds'."""
+
+    measure: Callable[[Instance, Mapping[str, Any]], Any]
+    priced: Callable[[Instance, Mapping[str, Any], list[Any], Path], tuple[Instance, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -270,7 +276,7 @@ class Validation:
     the engine, and Kendall's tau says how well the two rankings agree. `largest` names report figures
     that are the largest value of a metric over the policies (e.g. a logit difference that must stay
     tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent);
-    `calibrate`, if set, runs before each round.
+    `calibration`, if set, measures the machine while the rounds run and prices the simulator as measured.
     """
 
     options: tuple[Option, ...]
@@ -282,7 +288,7 @@ class Validation:
     largest: Mapping[str, str] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     requires: tuple[str, ...] = ()
-    calibrate: Calibrate | None = None
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         if self.rank_by not in {c.label for c in self.compared}:

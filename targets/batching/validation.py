@@ -14,8 +14,9 @@ the other way in another is left out of tau-b (no evidence either way); so that 
 most pairs, the engine must settle at least half of them.
 Both sides time the same clock (the thread's CPU time), so the profile that prices the simulator should
 be measured on the machine, and under the load, the engine runs on; and as a CPU's speed drifts by tens of
-per cent within an hour, even idle, the profile's whole forward passes are timed again before each round
-(a few seconds, passes no larger than an iteration) and every job of the round is priced with that fit.
+per cent within an hour, even idle, and by a fifth within a minute, the profile's whole forward passes are
+timed again before each round (passes no larger than an iteration), and the simulator, priced with the pass
+refitted over those timings (each pass's median over the rounds), serves the slice once more at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from targets.base import (
+    Calibration,
     Check,
     Compared,
     Instance,
@@ -34,7 +36,7 @@ from targets.base import (
     Validation,
     request_window,
 )
-from targets.costmodel.model import SHIPPED, load_profile
+from targets.costmodel.model import SHIPPED, Sample, load_profile, retimed
 
 from .target import DEFAULTS, BatchingTarget, instance_limits, load_workload
 
@@ -63,7 +65,7 @@ OPTIONS = (
         "retime_passes",
         "bool",
         True,
-        "time the profile's forward passes again before each round, and price the round with them",
+        "time the profile's forward passes again before each round and price the simulator with them",
     ),
 )
 
@@ -91,24 +93,31 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
     return Instance(workload, {**config, "engine": {"seed": values["seed"]}}, label)
 
 
-def retimed(instance: Instance, values: Mapping[str, Any], folder: Path) -> tuple[Instance, dict[str, float]]:
-    """The slice priced by its profile with the whole forward passes timed again now, on passes no larger
-    than an iteration (a few seconds), the profile written into `folder`; and those passes' time against
-    the profile's pricing of them. Unchanged where `retime_passes` is off."""
+def passes_now(instance: Instance, values: Mapping[str, Any]) -> list[Sample] | None:
+    """The profile's whole forward passes timed again on this machine now, those no larger than an
+    iteration (about five seconds); None where `retime_passes` is off."""
     if not values["retime_passes"]:
-        return instance, {}
-    from targets.costmodel.profiler import Settings, retime_passes
+        return None
+    from targets.costmodel.profiler import Settings, time_passes
 
     limits = instance_limits(instance)
-    profile, ratio = retime_passes(
-        load_profile(str(instance.config["profile"])),
-        Settings(warmup=1, repeats=5),
-        limits.block_tokens,
-        limits.token_budget,
-    )
-    path = folder / f"retimed-{len(list(folder.iterdir()))}.json"
+    profile = load_profile(str(instance.config["profile"]))
+    return time_passes(profile, Settings(warmup=1, repeats=5), limits.block_tokens, limits.token_budget)
+
+
+def priced_as_timed(
+    instance: Instance, values: Mapping[str, Any], timings: list[list[Sample]], folder: Path
+) -> tuple[Instance, dict[str, Any]]:
+    """The slice for the simulator alone, priced by its profile with the pass refitted over the passes
+    timed before every round (model.retimed, written into `folder`); their time against the profile's
+    pricing, over all rounds and in each."""
+    base = load_profile(str(instance.config["profile"]))
+    profile, ratio = retimed(base, timings)
+    path = folder / "retimed.json"
     profile.save(path)
-    return replace(instance, config={**instance.config, "profile": str(path)}), {"passes_vs_profile": ratio}
+    config = {k: v for k, v in instance.config.items() if k != "engine"} | {"profile": str(path)}
+    each = [retimed(base, [timed])[1] for timed in timings]
+    return replace(instance, config=config), {"passes_vs_profile": ratio, "passes_vs_profile_rounds": each}
 
 
 VALIDATION = Validation(
@@ -130,5 +139,5 @@ VALIDATION = Validation(
         Check("engine_settled", at_least=0.5),
     ),
     requires=("torch",),
-    calibrate=retimed,
+    calibration=Calibration(passes_now, priced_as_timed),
 )

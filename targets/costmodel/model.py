@@ -276,6 +276,23 @@ passes (the profile the batching validation prices with by default)."""
 DEFAULT_PROFILE = "cpu-2core"
 
 
+def retimed(profile: Profile, timings: Sequence[Sequence[Sample]], seed: int = 0) -> tuple[Profile, float]:
+    """The profile with its whole-pass fit refitted over passes timed again (profiler.time_passes), each
+    composition's time the median over `timings`; and the median ratio of those times to the profile's
+    pricing of the same passes (how much slower the machine runs now than when it was profiled)."""
+    if not timings or PASS not in profile.operators:
+        raise ProfileError(f"profile {profile.name}: no timed forward passes to refit")
+    passes = [
+        Sample(first.shape, float(np.median([t[i].ms for t in timings])))
+        for i, first in enumerate(timings[0])
+    ]
+    before = profile.operators[PASS]
+    ratio = float(np.median([s.ms / float(before.predict(**s.shape)) for s in passes]))
+    operators = {**profile.operators, PASS: fit(PASS, hold_back(passes, seed))}
+    meta = {**profile.meta, "passes_timed_again": len(timings)}
+    return replace(profile, operators=operators, meta=meta), ratio
+
+
 def load_profile(name_or_path: str) -> Profile:
     """A shipped profile by name, or a profile file written by `crucible profile`."""
     if name_or_path in SHIPPED:

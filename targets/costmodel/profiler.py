@@ -310,20 +310,13 @@ def measure_passes(
     return samples
 
 
-def retime_passes(profile: Profile, settings: Settings, block: int, max_tokens: int) -> tuple[Profile, float]:
-    """The profile with its whole-pass fit measured again now, over passes of at most `max_tokens` tokens,
-    and the median ratio of those passes' times to the profile's pricing of them. A CPU's speed drifts by
-    tens of per cent within an hour, even idle; a simulator checked against the engine must price the
-    machine as the engine finds it, so the check re-times the passes just before the engine serves."""
+def time_passes(profile: Profile, settings: Settings, block: int, max_tokens: int) -> list[Sample]:
+    """The profile's whole forward passes of at most `max_tokens` tokens timed again now (model.retimed
+    refits the pass over them): a CPU's speed drifts by tens of per cent within an hour, even idle."""
     if PASS not in profile.operators:
-        raise ProfileError(f"profile {profile.name} has no timed forward passes to re-time")
+        raise ProfileError(f"profile {profile.name} has no timed forward passes to time again")
     operators = {op: fitted for op, fitted in profile.operators.items() if op != PASS}
-    passes = measure_passes(profile.model, settings, block, operators, lambda _: None, max_tokens)
-    before = profile.operators[PASS]
-    ratio = statistics.median(s.ms / float(before.predict(**s.shape)) for s in passes)
-    operators[PASS] = fit(PASS, hold_back(passes, settings.seed + len(operators)))
-    meta = {**profile.meta, "passes_retimed": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return replace(profile, operators=operators, meta=meta), ratio
+    return measure_passes(profile.model, settings, block, operators, lambda _: None, max_tokens)
 
 
 def profile(

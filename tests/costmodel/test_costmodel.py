@@ -17,6 +17,7 @@ from targets.costmodel.model import (
     fit,
     hold_back,
     load_profile,
+    retimed,
 )
 from targets.costmodel.shapes import LLAMA2_7B, TINY
 
@@ -165,3 +166,20 @@ def test_an_unreadable_profile_is_one_clear_error(tmp_path) -> None:
     bad.write_text("{}")
     with pytest.raises(ProfileError, match="not a profile"):
         load_profile(str(bad))
+
+
+def test_passes_timed_again_refit_the_pass_and_say_how_much_slower_the_machine_runs() -> None:
+    shipped = load_profile("cpu-2core-passes")
+    passes = shipped.operators["forward"]
+    slower = [Sample(s.shape, 1.5 * float(passes.predict(**s.shape))) for s in passes.samples]
+    noisy = [Sample(s.shape, 9.0 * s.ms) for s in slower]  # one round the machine stalled
+    again, ratio = retimed(shipped, [slower, slower, noisy])
+    assert ratio == pytest.approx(1.5), "each pass's median over the rounds"
+    assert again.operators["forward"].coef == pytest.approx([1.5 * c for c in passes.coef], abs=1e-9)
+    assert all(again.operators[op] is shipped.operators[op] for op in shipped.operators if op != "forward")
+    assert again.meta["passes_timed_again"] == 3
+
+
+def test_only_a_profile_with_timed_passes_can_be_refitted_over_passes_timed_again() -> None:
+    with pytest.raises(ProfileError, match="no timed forward passes"):
+        retimed(load_profile("cpu-2core"), [[]])
