@@ -224,15 +224,15 @@ def validate(args: argparse.Namespace) -> None:
     jobs = candidate_jobs(target, args.candidates, instance)
     if "profile" in values:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
-    calibration, measurements = validation.calibration, []
-    measure = (lambda: measurements.append(calibration.measure(instance, values))) if calibration else None
-    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)), measure)
+    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
     measured: dict[str, Any] = {}
-    if calibration and any(m is not None for m in measurements):
+    if validation.calibrated:
         with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
-            priced, measured = calibration.priced(instance, values, measurements, Path(folder))
-            again = {name: replace(job, instances=(priced,)) for name, job in jobs.items()}
-            served = simulated_again(served, again, args.sandbox)
+            calibrated = validation.calibrated(instance, values, served, Path(folder))
+            if calibrated:
+                priced, measured = calibrated
+                again = {name: replace(job, instances=(priced,)) for name, job in jobs.items()}
+                served = simulated_again(served, again, args.sandbox)
     result = report(validation, served, measured)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
-from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
@@ -84,21 +83,17 @@ def run_candidates(
     label: str,
     sandbox: str,
     rounds: int = 1,
-    before_round: Callable[[], None] | None = None,
 ) -> dict[str, list[dict[str, float]]]:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
-    slows down for a while slows every policy's figures alike; `before_round` (a calibration's measure)
-    runs before each. A job that does not end ok is a one-line error."""
+    slows down for a while slows every policy's figures alike. A job that does not end ok is a one-line
+    error."""
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
     served: dict[str, list[dict[str, float]]] = {name: [] for name in jobs}
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
-            if before_round:
-                status.update(f"measuring the machine before round {round_} of {rounds}")
-                before_round()
             for name, job in jobs.items():
                 status.update(f"{name}: {label}, round {round_} of {rounds}")
                 result = box.run(job)
@@ -253,7 +248,7 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
         )
     for figure, value in result["calibration"].items():
         shown = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else f"{value:.3g}"
-        lines.append(f"the simulator priced as measured during the rounds: {figure} {shown}")
+        lines.append(f"the simulator priced as the engine's jobs measured the machine: {figure} {shown}")
     lines += [f"largest {name}: {result[name]:.3g}" for name in validation.largest]
     for check in result["checks"]:
         value = "n/a" if check["value"] is None else f"{check['value']:.3g}"

@@ -253,16 +253,12 @@ class Check:
         return " and ".join([*parts, *([f"<= {self.at_most:g}"] if self.at_most is not None else [])])
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """What drifts while a validation runs (a CPU's speed), measured and priced in. `measure` runs before
-    each round, on the machine the jobs run on, and returns its measurement (None where the options ask
-    for none); after the last round `priced` turns them all into the instance the simulator alone is priced
-    on once more (files written into the folder), with figures that say what was measured. The engine's
-    figures stay the rounds'."""
-
-    measure: Callable[[Instance, Mapping[str, Any]], Any]
-    priced: Callable[[Instance, Mapping[str, Any], list[Any], Path], tuple[Instance, dict[str, Any]]]
+Served = dict[str, list[dict[str, float]]]
+"""Each policy's metrics in each round of a validation, simulator's and engine's."""
+Calibrated = Callable[[Instance, Mapping[str, Any], Served, Path], "tuple[Instance, dict[str, Any]] | None"]
+"""From what the engine's jobs measured of the machine as they ran (metrics of theirs), the instance the
+simulator alone is priced on once more (files written into the folder) and figures that say what was
+measured; None where the options asked for no measurement."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +272,8 @@ class Validation:
     the engine, and Kendall's tau says how well the two rankings agree. `largest` names report figures
     that are the largest value of a metric over the policies (e.g. a logit difference that must stay
     tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent);
-    `calibration`, if set, measures the machine while the rounds run and prices the simulator as measured.
+    `calibrated`, if set, prices the simulator as the engine's jobs measured the machine (a CPU's speed
+    drifts while a validation runs).
     """
 
     options: tuple[Option, ...]
@@ -288,7 +285,7 @@ class Validation:
     largest: Mapping[str, str] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     requires: tuple[str, ...] = ()
-    calibration: Calibration | None = None
+    calibrated: Calibrated | None = None
 
     def __post_init__(self) -> None:
         if self.rank_by not in {c.label for c in self.compared}:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import WorkloadError
-from targets.costmodel.model import DEFAULT_PROFILE, CostModel, ProfileError
+from targets.costmodel.model import DEFAULT_PROFILE, CostModel, ProfileError, pass_speed
 from targets.costmodel.shapes import MODELS
 
 from .scheduler import Batch, Executor, Limits
@@ -47,6 +47,21 @@ class PricedExecutor:
         if chunk.any():
             ms += float(np.sum(self.model.attn_prefill_ms(batch.tokens[chunk], batch.starts[chunk])))
         return float(ms)
+
+
+PASSES_VS_PROFILE = "passes_vs_profile"
+"""The metric an engine job reports when it times the passes again (passes_vs_profile's figure)."""
+
+
+def passes_vs_profile(model: CostModel, limits: Limits) -> float:
+    """How much slower this process runs the profile's whole forward passes than the profile prices them,
+    over passes no larger than an iteration (a few seconds: timed just before the engine serves)."""
+    from targets.costmodel.profiler import Settings, time_passes
+
+    passes = time_passes(
+        model.profile, Settings(warmup=1, repeats=3), limits.block_tokens, limits.token_budget
+    )
+    return pass_speed(model.profile, passes)
 
 
 def engine_executor(requests: Requests, limits: Limits, settings: Mapping[str, Any]) -> Executor:

@@ -33,7 +33,7 @@ from .behaviour import behaviour_sample
 from .capacity import GOAL, capacity
 from .compiled_scheduler import Pricing, serve_priced
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
-from .kernels import cost_model, engine_executor
+from .kernels import PASSES_VS_PROFILE, cost_model, engine_executor, passes_vs_profile
 from .metrics import METRICS, serving_metrics
 from .properties import PROPERTIES
 from .scheduler import Executor, Limits, Served, serve
@@ -219,6 +219,8 @@ class BatchingTarget:
         engine = instance.config.get("engine")
         if instance.role in self.sweep_roles and not engine:
             metrics |= swept_capacity(instance, limits, key, params, pricing)
+        if engine and engine.get("time_passes"):
+            metrics[PASSES_VS_PROFILE] = passes_vs_profile(model, limits)
         if engine:
             executor = engine_executor(requests, limits, engine)
             measured = serving_metrics(run(instance, requests, limits, key, params, executor), slo)

@@ -14,31 +14,33 @@ the other way in another is left out of tau-b (no evidence either way); so that 
 most pairs, the engine must settle at least half of them.
 Both sides time the same clock (the thread's CPU time), so the profile that prices the simulator should
 be measured on the machine, and under the load, the engine runs on; and as a CPU's speed drifts by tens of
-per cent within an hour, even idle, and by a fifth within a minute, the profile's whole forward passes are
-timed again before each round (passes no larger than an iteration), and the simulator, priced with the pass
-refitted over those timings (each pass's median over the rounds), serves the slice once more at the end.
+per cent within an hour, even idle, and from one process to the next by a fifth, every engine job first
+times the profile's whole forward passes again (passes no larger than an iteration, a few seconds), and at
+the end the simulator serves the slice once more with every pass as much slower as the jobs' median.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from targets.base import (
-    Calibration,
     Check,
     Compared,
     Instance,
     Option,
     OptionError,
+    Served,
     Validation,
     request_window,
 )
-from targets.costmodel.model import SHIPPED, Sample, load_profile, retimed
+from targets.costmodel.model import SHIPPED, load_profile, slowed
 
-from .target import DEFAULTS, BatchingTarget, instance_limits, load_workload
+from .kernels import PASSES_VS_PROFILE
+from .target import DEFAULTS, BatchingTarget, load_workload
 
 PASSES_PROFILE = "cpu-2core-passes"
 """The default pricing: this machine idle with its forward passes timed whole (the engine runs passes, not
@@ -65,7 +67,7 @@ OPTIONS = (
         "retime_passes",
         "bool",
         True,
-        "time the profile's forward passes again before each round and price the simulator with them",
+        "time the profile's passes again in every engine job and price the simulator as they ran",
     ),
 )
 
@@ -90,34 +92,27 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
     }
     BatchingTarget().instances(workload, config)  # a slice the machine cannot serve fails here, once
     label = f"{Path(workload).name}[{start}:{stop}]@{values['capacity']}x{values['load']:g}/{divisor}"
-    return Instance(workload, {**config, "engine": {"seed": values["seed"]}}, label)
+    engine = {"seed": values["seed"], "time_passes": values["retime_passes"]}
+    return Instance(workload, {**config, "engine": engine}, label)
 
 
-def passes_now(instance: Instance, values: Mapping[str, Any]) -> list[Sample] | None:
-    """The profile's whole forward passes timed again on this machine now, those no larger than an
-    iteration (about five seconds); None where `retime_passes` is off."""
-    if not values["retime_passes"]:
+def priced_as_measured(
+    instance: Instance, values: Mapping[str, Any], served: Served, folder: Path
+) -> tuple[Instance, dict[str, Any]] | None:
+    """The slice for the simulator alone, priced by its profile with every pass as much slower as the
+    median over the engine's jobs of their passes timed again (written into `folder`); that median and
+    the range over the jobs. None where `retime_passes` is off."""
+    ratios = [row[PASSES_VS_PROFILE] for rows in served.values() for row in rows if PASSES_VS_PROFILE in row]
+    if not values["retime_passes"] or not ratios:
         return None
-    from targets.costmodel.profiler import Settings, time_passes
-
-    limits = instance_limits(instance)
-    profile = load_profile(str(instance.config["profile"]))
-    return time_passes(profile, Settings(warmup=1, repeats=5), limits.block_tokens, limits.token_budget)
-
-
-def priced_as_timed(
-    instance: Instance, values: Mapping[str, Any], timings: list[list[Sample]], folder: Path
-) -> tuple[Instance, dict[str, Any]]:
-    """The slice for the simulator alone, priced by its profile with the pass refitted over the passes
-    timed before every round (model.retimed, written into `folder`); their time against the profile's
-    pricing, over all rounds and in each."""
-    base = load_profile(str(instance.config["profile"]))
-    profile, ratio = retimed(base, timings)
-    path = folder / "retimed.json"
-    profile.save(path)
+    factor = statistics.median(ratios)
+    path = folder / "measured.json"
+    slowed(load_profile(str(instance.config["profile"])), factor).save(path)
     config = {k: v for k, v in instance.config.items() if k != "engine"} | {"profile": str(path)}
-    each = [retimed(base, [timed])[1] for timed in timings]
-    return replace(instance, config=config), {"passes_vs_profile": ratio, "passes_vs_profile_rounds": each}
+    return replace(instance, config=config), {
+        PASSES_VS_PROFILE: factor,
+        f"{PASSES_VS_PROFILE}_range": [min(ratios), max(ratios)],
+    }
 
 
 VALIDATION = Validation(
@@ -139,5 +134,5 @@ VALIDATION = Validation(
         Check("engine_settled", at_least=0.5),
     ),
     requires=("torch",),
-    calibration=Calibration(passes_now, priced_as_timed),
+    calibrated=priced_as_measured,
 )

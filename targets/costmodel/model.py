@@ -276,21 +276,21 @@ passes (the profile the batching validation prices with by default)."""
 DEFAULT_PROFILE = "cpu-2core"
 
 
-def retimed(profile: Profile, timings: Sequence[Sequence[Sample]], seed: int = 0) -> tuple[Profile, float]:
-    """The profile with its whole-pass fit refitted over passes timed again (profiler.time_passes), each
-    composition's time the median over `timings`; and the median ratio of those times to the profile's
-    pricing of the same passes (how much slower the machine runs now than when it was profiled)."""
-    if not timings or PASS not in profile.operators:
-        raise ProfileError(f"profile {profile.name}: no timed forward passes to refit")
-    passes = [
-        Sample(first.shape, float(np.median([t[i].ms for t in timings])))
-        for i, first in enumerate(timings[0])
-    ]
-    before = profile.operators[PASS]
-    ratio = float(np.median([s.ms / float(before.predict(**s.shape)) for s in passes]))
-    operators = {**profile.operators, PASS: fit(PASS, hold_back(passes, seed))}
-    meta = {**profile.meta, "passes_timed_again": len(timings)}
-    return replace(profile, operators=operators, meta=meta), ratio
+def pass_speed(profile: Profile, passes: Sequence[Sample]) -> float:
+    """The median ratio of whole forward passes timed now (profiler.time_passes) to the profile's pricing
+    of them: how much slower this machine, in this process, runs the passes than when it was profiled."""
+    if PASS not in profile.operators or not passes:
+        raise ProfileError(f"profile {profile.name}: no timed forward passes to compare with")
+    fitted = profile.operators[PASS]
+    return float(np.median([s.ms / float(fitted.predict(**s.shape)) for s in passes]))
+
+
+def slowed(profile: Profile, factor: float) -> Profile:
+    """The profile with every whole forward pass `factor` times as long (its operators alone unchanged)."""
+    fitted = profile.operator(PASS)
+    meta = {**profile.meta, "passes_slowed_by": factor}
+    operators = {**profile.operators, PASS: replace(fitted, coef=tuple(c * factor for c in fitted.coef))}
+    return replace(profile, operators=operators, meta=meta)
 
 
 def load_profile(name_or_path: str) -> Profile:

@@ -311,8 +311,8 @@ def measure_passes(
 
 
 def time_passes(profile: Profile, settings: Settings, block: int, max_tokens: int) -> list[Sample]:
-    """The profile's whole forward passes of at most `max_tokens` tokens timed again now (model.retimed
-    refits the pass over them): a CPU's speed drifts by tens of per cent within an hour, even idle."""
+    """The profile's whole forward passes of at most `max_tokens` tokens timed again now (model.pass_speed
+    compares them with the profile): a CPU's speed drifts by tens of per cent within an hour, even idle."""
     if PASS not in profile.operators:
         raise ProfileError(f"profile {profile.name} has no timed forward passes to time again")
     operators = {op: fitted for op, fitted in profile.operators.items() if op != PASS}
