@@ -79,10 +79,7 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
 
 
 def run_candidates(
-    jobs: dict[str, Job],
-    label: str,
-    sandbox: str,
-    rounds: int = 1,
+    jobs: dict[str, Job], label: str, sandbox: str, rounds: int = 1
 ) -> dict[str, list[dict[str, float]]]:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
@@ -148,8 +145,9 @@ def report(
 ) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
     the rankings' agreement over the pairs the engine settled (the unsettled ones: pairs whose order changes
-    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures, what
-    was measured before each round and every check with its verdict."""
+    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures, how
+    the engine's jobs measured the machine (`calibration`, where the validation prices the simulator by it)
+    and every check with its verdict."""
     rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
