@@ -22,7 +22,7 @@ from rich.table import Table
 
 from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Limits
-from targets.base import Instance, Validation
+from targets.base import Instance, Rounds, Validation
 
 from .errors import UserError
 
@@ -78,9 +78,7 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
     return jobs
 
 
-def run_candidates(
-    jobs: dict[str, Job], label: str, sandbox: str, rounds: int = 1
-) -> dict[str, list[dict[str, float]]]:
+def run_candidates(jobs: dict[str, Job], label: str, sandbox: str, rounds: int = 1) -> Rounds:
     """Each candidate's metrics on the instance (simulator and engine) in each round, one job at a time in
     the sandbox: the engine's timings need the cores to themselves. Rounds take turns, so a machine that
     slows down for a while slows every policy's figures alike. A job that does not end ok is a one-line
@@ -88,7 +86,7 @@ def run_candidates(
     box, reason = choose_sandbox(sandbox)
     err = Console(stderr=True)
     err.print(f"sandbox: {box.name} ({reason})", markup=False, highlight=False)
-    served: dict[str, list[dict[str, float]]] = {name: [] for name in jobs}
+    served: Rounds = {name: [] for name in jobs}
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
             for name, job in jobs.items():
@@ -100,16 +98,14 @@ def run_candidates(
     return served
 
 
-def simulated_again(
-    served: dict[str, list[dict[str, float]]], jobs: dict[str, Job], sandbox: str
-) -> dict[str, list[dict[str, float]]]:
+def simulated_again(served: Rounds, jobs: dict[str, Job], sandbox: str) -> Rounds:
     """Every round's figures with the simulator's replaced by each job's (the simulator alone, priced as
     the machine was measured during the rounds); the engine's stay the rounds'."""
     again = run_candidates(jobs, "the simulator priced as measured", sandbox)
     return {name: [{**row, **again[name][0]} for row in rows] for name, rows in served.items()}
 
 
-def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+def medians(served: Rounds) -> dict[str, dict[str, float]]:
     """Each policy's figures as the median over its rounds (the simulator's are the same in every round)."""
     return {
         name: {metric: statistics.median(r[metric] for r in runs) for metric in runs[0]}
@@ -117,7 +113,7 @@ def medians(served: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, fl
     }
 
 
-def unsettled(served: dict[str, list[dict[str, float]]], metric: str) -> set[tuple[str, str]]:
+def unsettled(served: Rounds, metric: str) -> set[tuple[str, str]]:
     """Pairs of policies that the engine orders one way in one round and the other way in another.
 
     Rounds are paired: round i of every policy was served within minutes of the others, so a machine that
@@ -140,7 +136,7 @@ def relative_error(simulated: float, measured: float) -> float | None:
 
 def report(
     validation: Validation,
-    served: dict[str, list[dict[str, float]]],
+    served: Rounds,
     calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then

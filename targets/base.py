@@ -253,9 +253,9 @@ class Check:
         return " and ".join([*parts, *([f"<= {self.at_most:g}"] if self.at_most is not None else [])])
 
 
-Served = dict[str, list[dict[str, float]]]
+Rounds = dict[str, list[dict[str, float]]]
 """Each policy's metrics in each round of a validation, simulator's and engine's."""
-Calibrated = Callable[[Instance, Mapping[str, Any], Served, Path], "tuple[Instance, dict[str, Any]] | None"]
+Calibrated = Callable[[Instance, Mapping[str, Any], Rounds, Path], "tuple[Instance, dict[str, Any]] | None"]
 """From what the engine's jobs measured of the machine as they ran (metrics of theirs), the instance the
 simulator alone is priced on once more (files written into the folder) and figures that say what was
 measured; None where the options asked for no measurement."""

@@ -219,9 +219,9 @@ class BatchingTarget:
         engine = instance.config.get("engine")
         if instance.role in self.sweep_roles and not engine:
             metrics |= swept_capacity(instance, limits, key, params, pricing)
-        if engine and engine.get("time_passes"):
-            metrics[PASSES_VS_PROFILE] = passes_vs_profile(model, limits)
         if engine:
+            if engine.get("time_passes"):  # just before the engine, in its process: as it will run
+                metrics[PASSES_VS_PROFILE] = passes_vs_profile(model, limits)
             executor = engine_executor(requests, limits, engine)
             measured = serving_metrics(run(instance, requests, limits, key, params, executor), slo)
             metrics |= {f"engine_{k}": v for k, v in measured.items()}

@@ -33,7 +33,7 @@ from targets.base import (
     Instance,
     Option,
     OptionError,
-    Served,
+    Rounds,
     Validation,
     request_window,
 )
@@ -97,13 +97,13 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
 
 
 def priced_as_measured(
-    instance: Instance, values: Mapping[str, Any], served: Served, folder: Path
+    instance: Instance, values: Mapping[str, Any], served: Rounds, folder: Path
 ) -> tuple[Instance, dict[str, Any]] | None:
     """The slice for the simulator alone, priced by its profile with every pass as much slower as the
     median over the engine's jobs of their passes timed again (written into `folder`); that median and
-    the range over the jobs. None where `retime_passes` is off."""
+    the range over the jobs. None where no job timed its passes (`retime_passes` off)."""
     ratios = [row[PASSES_VS_PROFILE] for rows in served.values() for row in rows if PASSES_VS_PROFILE in row]
-    if not values["retime_passes"] or not ratios:
+    if not ratios:
         return None
     factor = statistics.median(ratios)
     path = folder / "measured.json"
