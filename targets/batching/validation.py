@@ -37,7 +37,7 @@ from targets.base import (
     Validation,
     request_window,
 )
-from targets.costmodel.model import SHIPPED, load_profile, slowed
+from targets.costmodel.model import PASS, SHIPPED, load_profile, slowed
 
 from .kernels import PASSES_VS_PROFILE
 from .target import DEFAULTS, BatchingTarget, load_workload
@@ -91,6 +91,11 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
         "profile": values["profile"],
     }
     BatchingTarget().instances(workload, config)  # a slice the machine cannot serve fails here, once
+    if values["retime_passes"] and PASS not in load_profile(str(values["profile"])).operators:
+        raise OptionError(
+            f"option retime_passes: profile {values['profile']} has no timed forward passes to time again; "
+            "give --retime-passes false, or a profile `crucible profile` measured (it times passes)"
+        )
     label = f"{Path(workload).name}[{start}:{stop}]@{values['capacity']}x{values['load']:g}/{divisor}"
     engine = {"seed": values["seed"], "time_passes": values["retime_passes"]}
     return Instance(workload, {**config, "engine": engine}, label)

@@ -236,6 +236,15 @@ def test_validate_names_the_option_whose_value_is_out_of_bounds(capsys) -> None:
     assert err.startswith("crucible: error: option capacity:") and len(err.splitlines()) == 1
 
 
+def test_validate_refuses_to_time_again_the_passes_of_a_profile_that_has_none(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--target", "batching", "--candidates", "fcfs", "--profile", "cpu-2core"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("crucible: error: option retime_passes: profile cpu-2core has no timed forward")
+    assert "--retime-passes false" in err and len(err.splitlines()) == 1
+
+
 def test_validate_names_the_window_a_slice_must_lie_in(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["validate", "--target", "kv", "--candidates", "lru", "--requests", "0:999999"])
