@@ -30,6 +30,7 @@ from .validation import (
     simulated_again,
     summary,
     table,
+    unresolved_pairs,
 )
 
 _err = Console(stderr=True)
@@ -226,14 +227,17 @@ def validate(args: argparse.Namespace) -> None:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
     served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
     measured: dict[str, Any] = {}
+    unresolved: set[tuple[str, str]] = set()
     if validation.calibrated:
         with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
-            calibrated = validation.calibrated(instance, values, served, Path(folder))
-            if calibrated:
-                priced, measured = calibrated
-                again = {name: replace(job, instances=(priced,)) for name, job in jobs.items()}
+            calibration = validation.calibrated(instance, values, served, Path(folder))
+            if calibration:
+                measured = calibration.figures
+                again = {name: replace(job, instances=(calibration.priced,)) for name, job in jobs.items()}
                 served = simulated_again(served, again, args.sandbox)
-    result = report(validation, served, measured)
+                metric = validation.ranked.simulated
+                unresolved = unresolved_pairs(served, jobs, calibration.band, metric, args.sandbox)
+    result = report(validation, served, measured, unresolved)
     if args.json:
         print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
     else:

@@ -5,7 +5,9 @@ Every policy runs in the sandbox, as in a search, one job at a time so the engin
 A validation may declare a `rounds` option: every policy is then served that many times, in turns (all
 policies once, then all again), each figure is the median over the rounds, and a pair of policies that the
 engine orders one way in one round and the other way in another is left out of the rankings' agreement: the
-engine has not told them apart, so their order is no evidence for or against the simulator.
+engine has not told them apart, so their order is no evidence for or against the simulator. A validation
+that prices the simulator as the engine's jobs measured the machine (`calibrated`) leaves out, likewise,
+the pairs whose simulated order turns within the speeds the jobs measured.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
 module knows no target."""
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import statistics
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,23 @@ def simulated_again(served: Rounds, jobs: dict[str, Job], sandbox: str) -> Round
     return {name: [{**row, **again[name][0]} for row in rows] for name, rows in served.items()}
 
 
+def unresolved_pairs(
+    served: Rounds, jobs: dict[str, Job], band: tuple[Instance, ...], metric: str, sandbox: str
+) -> set[tuple[str, str]]:
+    """Pairs of policies the simulator orders one way at the speed it was priced at (`served`) and the other
+    way at a speed of `band` (the fastest and slowest the engine's jobs measured): near-equal policies
+    whose order turns with the machine's speed, so the simulator does not resolve them on this machine."""
+    at = [served] + [
+        run_candidates(
+            {n: replace(job, instances=(priced,)) for n, job in jobs.items()},
+            "the simulator at the measured speeds",
+            sandbox,
+        )
+        for priced in band
+    ]
+    return unsettled({name: [each[name][0] for each in at] for name in served}, metric)
+
+
 def medians(served: Rounds) -> dict[str, dict[str, float]]:
     """Each policy's figures as the median over its rounds (the simulator's are the same in every round)."""
     return {
@@ -124,7 +144,12 @@ def unsettled(served: Rounds, metric: str) -> set[tuple[str, str]]:
     def signs(a: str, b: str) -> set[bool]:
         return {ra[metric] < rb[metric] for ra, rb in zip(served[a], served[b], strict=True)}
 
-    return {(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if len(signs(a, b)) > 1}
+    return {(a, b) for a, b in _pairs(names) if len(signs(a, b)) > 1}
+
+
+def _pairs(names: list[str]) -> set[tuple[str, str]]:
+    """Every pair of policies, each once, in the order they are listed."""
+    return {(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
 
 
 def relative_error(simulated: float, measured: float) -> float | None:
@@ -138,12 +163,14 @@ def report(
     validation: Validation,
     served: Rounds,
     calibration: dict[str, Any] | None = None,
+    unresolved: AbstractSet[tuple[str, str]] = frozenset(),
 ) -> dict[str, Any]:
     """Per policy, its median metrics over the rounds, both ranks and each compared figure's error; then
     the rankings' agreement over the pairs the engine settled (the unsettled ones: pairs whose order changes
-    between rounds) and the share it settled, the ranking figure's error range, the `largest` figures, how
-    the engine's jobs measured the machine (`calibration`, where the validation prices the simulator by it)
-    and every check with its verdict."""
+    between rounds) and the simulator resolved (`unresolved`: pairs whose order changes within the speeds
+    the machine was measured at), the share of each and of the pairs compared, the ranking figure's error
+    range, the `largest` figures, how the engine's jobs measured the machine (`calibration`, where the
+    validation prices the simulator by it) and every check with its verdict."""
     rows = medians(served)
     names = list(rows)
     ranked = validation.ranked
@@ -170,14 +197,16 @@ def report(
     }
     errors = [e for n in names if (e := policies[n][f"error_{ranked.simulated}"]) is not None]
     flips = unsettled(served, ranked.measured)
-    pairs = len(names) * (len(names) - 1) // 2
+    left_out = flips | set(unresolved)
+    pairs = len(_pairs(names))
     figures: dict[str, Any] = {
         "kendall_tau": kendall_tau(
             [rows[n][ranked.simulated] for n in names],
             [rows[n][ranked.measured] for n in names],
-            {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in flips},
+            {(i, j) for i, a in enumerate(names) for j, b in enumerate(names) if (a, b) in left_out},
         ),
         "engine_settled": (pairs - len(flips)) / pairs if pairs else 1.0,
+        "pairs_compared": (pairs - len(left_out)) / pairs if pairs else 1.0,
         "error_min": min(errors, default=None),
         "error_max": max(errors, default=None),
         **{name: max(rows[n][metric] for n in names) for name, metric in validation.largest.items()},
@@ -196,6 +225,7 @@ def report(
         "direction": validation.direction,
         "rounds": len(next(iter(served.values()), [])),
         "unsettled": sorted(flips),
+        "unresolved": sorted(unresolved),
         "calibration": calibration or {},
         "policies": policies,
         **figures,
@@ -239,6 +269,12 @@ def summary(validation: Validation, result: dict[str, Any]) -> list[str]:
         lines.append(
             f"medians of {result['rounds']} rounds; the engine settled {result['engine_settled']:.0%} of "
             f"the pairs; left out (its order by {validation.rank_by} changes between rounds): {left_out}"
+        )
+    if result["unresolved"]:
+        left_out = ", ".join(f"{a} ~ {b}" for a, b in result["unresolved"])
+        lines.append(
+            f"left out too (the simulator's order by {validation.rank_by} changes within the speeds the "
+            f"engine's jobs measured): {left_out}; {result['pairs_compared']:.0%} of the pairs compared"
         )
     for figure, value in result["calibration"].items():
         shown = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else f"{value:.3g}"

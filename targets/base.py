@@ -236,8 +236,9 @@ class Shown:
 class Check:
     """A bound a figure of the validation report must meet for the simulator's ranking to be trusted:
     `figure` is "kendall_tau", "error_max" (the ranking figure's worst per-policy error),
-    "engine_settled" (the share of pairs whose order the engine kept in every round) or a name of
-    `Validation.largest`."""
+    "engine_settled" (the share of pairs whose order the engine kept in every round), "pairs_compared"
+    (the share left in the rankings' agreement: settled by the engine and resolved by the simulator) or a
+    name of `Validation.largest`."""
 
     figure: str
     at_least: float | None = None
@@ -255,10 +256,23 @@ class Check:
 
 Rounds = dict[str, list[dict[str, float]]]
 """Each policy's metrics in each round of a validation, simulator's and engine's."""
-Calibrated = Callable[[Instance, Mapping[str, Any], Rounds, Path], "tuple[Instance, dict[str, Any]] | None"]
-"""From what the engine's jobs measured of the machine as they ran (metrics of theirs), the instance the
-simulator alone is priced on once more (files written into the folder) and figures that say what was
-measured; None where the options asked for no measurement."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The slice for the simulator alone, priced as the engine's jobs measured the machine as they ran:
+    `priced` at the speed its figures are compared at, `band` at the other ends of what the jobs measured
+    (a pair the simulator orders one way at one of these speeds and the other way at another is a pair it
+    does not resolve at the precision the machine was measured), and `figures` that say what was measured."""
+
+    priced: Instance
+    band: tuple[Instance, ...]
+    figures: dict[str, Any]
+
+
+Calibrated = Callable[[Instance, Mapping[str, Any], Rounds, Path], "Calibration | None"]
+"""From what the engine's jobs measured (metrics of theirs), the simulator's calibration (profiles written
+into the folder); None where the options asked for no measurement."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +287,7 @@ class Validation:
     that are the largest value of a metric over the policies (e.g. a logit difference that must stay
     tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent);
     `calibrated`, if set, prices the simulator as the engine's jobs measured the machine (a CPU's speed
-    drifts while a validation runs).
+    drifts while a validation runs), and across the speeds they measured.
     """
 
     options: tuple[Option, ...]

@@ -66,6 +66,54 @@ def test_a_pair_the_engine_orders_alike_in_every_round_is_settled_though_the_mac
     assert result["kendall_tau"] == 1.0
 
 
+def test_pairs_the_simulator_orders_differently_within_the_measured_speeds_are_left_out_too() -> None:
+    needs_half = replace(KV, checks=(Check("pairs_compared", at_least=0.5),))
+    served = {
+        "a": _served(100.0, [120.0, 118.0]),  # the engine puts b ahead of a in both rounds ...
+        "b": _served(101.0, [110.0, 111.0]),  # ... and the simulator a ahead of b by a per cent
+        "c": _served(300.0, [290.0, 310.0]),
+    }
+    assert report(needs_half, served)["kendall_tau"] == pytest.approx(1 / 3), "charged as discordant"
+    result = report(needs_half, served, unresolved={("a", "b")})
+    assert result["unresolved"] == [("a", "b")] and result["unsettled"] == []
+    assert result["kendall_tau"] == 1.0, "an order the simulator does not resolve is no evidence"
+    assert result["engine_settled"] == 1.0 and result["pairs_compared"] == pytest.approx(2 / 3)
+    assert [c["passed"] for c in result["checks"]] == [True]
+    said = "left out too (the simulator's order by saved ms changes within the speeds the engine's"
+    assert any(
+        line.startswith(said) and "a ~ b; 67% of the pairs compared" in line for line in summary(KV, result)
+    )
+    assert not any(line.startswith(said) for line in summary(KV, report(KV, served)))
+    both = report(needs_half, served, unresolved={("a", "c"), ("b", "c")})
+    assert both["pairs_compared"] == pytest.approx(1 / 3) and [c["passed"] for c in both["checks"]] == [False]
+
+
+def test_the_batching_simulator_is_priced_at_the_jobs_median_speed_and_at_their_fastest_and_slowest(
+    tmp_path,
+) -> None:
+    from targets.base import Instance
+    from targets.batching.validation import priced_as_measured
+
+    instance = Instance("w.csv", {"profile": "cpu-2core-passes", "engine": {"seed": 0}}, "w")
+    served = {
+        "a": [{"passes_vs_profile": 1.1}, {"passes_vs_profile": 0.9}],
+        "b": [{"passes_vs_profile": 1.3}],
+    }
+    calibration = priced_as_measured(instance, {}, served, tmp_path)
+    assert calibration is not None
+    assert calibration.figures == {"passes_vs_profile": 1.1, "passes_vs_profile_range": [0.9, 1.3]}
+    shipped = load_profile("cpu-2core-passes").operators["forward"].coef
+
+    def factor(priced: Instance) -> float:
+        assert "engine" not in priced.config, "the simulator alone"
+        coef = load_profile(priced.config["profile"]).operators["forward"].coef
+        return next(c / s for c, s in zip(coef, shipped, strict=True) if s)
+
+    assert factor(calibration.priced) == pytest.approx(1.1)
+    assert [factor(i) for i in calibration.band] == [pytest.approx(0.9), pytest.approx(1.3)]
+    assert priced_as_measured(instance, {}, {"a": [{"ttft_mean_ms": 1.0}]}, tmp_path) is None, "none timed"
+
+
 def test_a_validation_report_states_each_policys_error_ranks_and_checks() -> None:
     row = {"engine_max_logit_diff": 1e-6, "prefill_share_saved": 0.1, "engine_prefill_share_saved": 0.1}
     result = report(
@@ -175,6 +223,9 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
     assert all(len(set(row["ttft_mean_ms_rounds"])) == 1 for row in report["policies"].values()), (
         "the simulator served once more at the end, priced as the jobs measured the machine"
     )
+    assert all(pair in (["fcfs", "spf"], ["spf", "fcfs"]) for pair in report["unresolved"])
+    left_out = {tuple(p) for p in report["unsettled"] + report["unresolved"]}
+    assert report["pairs_compared"] == 1.0 - len(left_out), "one pair: compared unless left out"
 
 
 @pytest.mark.torch
