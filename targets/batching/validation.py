@@ -63,7 +63,7 @@ OPTIONS = (
     Option(
         "rounds",
         "int",
-        3,
+        5,
         "servings of each policy in turns (medians kept; pairs that flip are left out)",
         low=1,
     ),
