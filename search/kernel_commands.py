@@ -8,7 +8,6 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +232,7 @@ def validate(args: argparse.Namespace) -> None:
             calibration = validation.calibrated(instance, values, served, Path(folder))
             if calibration:
                 measured = calibration.figures
-                again = {name: replace(job, instances=(calibration.priced,)) for name, job in jobs.items()}
-                served = simulated_again(served, again, args.sandbox)
+                served = simulated_again(served, jobs, calibration.priced, args.sandbox)
                 metric = validation.ranked.simulated
                 unresolved = unresolved_pairs(served, jobs, calibration.band, metric, args.sandbox)
     result = report(validation, served, measured, unresolved)

@@ -101,10 +101,10 @@ def run_candidates(jobs: dict[str, Job], label: str, sandbox: str, rounds: int =
     return served
 
 
-def simulated_again(served: Rounds, jobs: dict[str, Job], sandbox: str) -> Rounds:
-    """Every round's figures with the simulator's replaced by each job's (the simulator alone, priced as
-    the machine was measured during the rounds); the engine's stay the rounds'."""
-    again = run_candidates(jobs, "the simulator priced as measured", sandbox)
+def simulated_again(served: Rounds, jobs: dict[str, Job], priced: Instance, sandbox: str) -> Rounds:
+    """Every round's figures with the simulator's replaced by each job's on `priced` (the simulator alone,
+    priced as the machine was measured during the rounds); the engine's stay the rounds'."""
+    again = run_candidates(_on(jobs, priced), "the simulator priced as measured", sandbox)
     return {name: [{**row, **again[name][0]} for row in rows] for name, rows in served.items()}
 
 
@@ -115,14 +115,14 @@ def unresolved_pairs(
     way at a speed of `band` (the fastest and slowest the engine's jobs measured): near-equal policies
     whose order turns with the machine's speed, so the simulator does not resolve them on this machine."""
     at = [served] + [
-        run_candidates(
-            {n: replace(job, instances=(priced,)) for n, job in jobs.items()},
-            "the simulator at the measured speeds",
-            sandbox,
-        )
-        for priced in band
+        run_candidates(_on(jobs, priced), "the simulator at the measured speeds", sandbox) for priced in band
     ]
     return unsettled({name: [each[name][0] for each in at] for name in served}, metric)
+
+
+def _on(jobs: dict[str, Job], instance: Instance) -> dict[str, Job]:
+    """The same candidates' jobs on another instance."""
+    return {name: replace(job, instances=(instance,)) for name, job in jobs.items()}
 
 
 def medians(served: Rounds) -> dict[str, dict[str, float]]:
@@ -134,7 +134,8 @@ def medians(served: Rounds) -> dict[str, dict[str, float]]:
 
 
 def unsettled(served: Rounds, metric: str) -> set[tuple[str, str]]:
-    """Pairs of policies that the engine orders one way in one round and the other way in another.
+    """Pairs of policies ordered one way in one round and the other way in another (by the engine; or by
+    the simulator, where each "round" is its serving at one of the measured speeds).
 
     Rounds are paired: round i of every policy was served within minutes of the others, so a machine that
     slows down between rounds moves both figures of a pair alike and does not unsettle its order, while a
