@@ -3,9 +3,10 @@ real engine on the same slice, the two rankings, their agreement, each figure's 
 
 Every policy runs in the sandbox, as in a search, one job at a time so the engine's timings have the cores.
 A validation may declare a `rounds` option: every policy is then served that many times, in turns (all
-policies once, then all again), each figure is the median over the rounds, and a pair of policies that the
-engine orders one way in one round and the other way in another is left out of the rankings' agreement: the
-engine has not told them apart, so their order is no evidence for or against the simulator. A validation
+policies once, then all again), each figure is the median over the rounds, and a pair of policies whose
+order the engine's rounds do not settle (a signed-rank test on their per-round differences) is left out of
+the rankings' agreement: the engine has not told them apart, so their order is no evidence for or against
+the simulator. A validation
 that prices the simulator as the engine's jobs measured the machine (`calibrated`) leaves out, likewise,
 the pairs whose simulated order turns within the speeds the jobs measured.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
@@ -28,6 +29,7 @@ from sandbox.job import Job, Limits
 from targets.base import Instance, Rounds, Validation
 
 from .errors import UserError
+from .signed_rank import signed_rank_p
 
 ENGINE_LIMITS = Limits(wall_s=7200.0, memory_mb=16384, cpu_s=14400)
 """A replay in the engine runs real kernels for minutes and maps torch: far above a simulator job."""
@@ -117,7 +119,7 @@ def unresolved_pairs(
     at = [served] + [
         run_candidates(_on(jobs, priced), "the simulator at the measured speeds", sandbox) for priced in band
     ]
-    return unsettled({name: [each[name][0] for each in at] for name in served}, metric)
+    return turning({name: [each[name][0] for each in at] for name in served}, metric)
 
 
 def _on(jobs: dict[str, Job], instance: Instance) -> dict[str, Job]:
@@ -133,19 +135,38 @@ def medians(served: Rounds) -> dict[str, dict[str, float]]:
     }
 
 
+SETTLING_LEVEL = 1 / 8
+"""The one-sided level at which a pair's rounds settle its order: three rounds all one way is the least
+evidence that does (p = 1/8); of five, one round the other way still does when its difference is one of
+the pair's two smallest (p = 1/16 or 3/32), not when it is larger (5/32 and up)."""
+
+
 def unsettled(served: Rounds, metric: str) -> set[tuple[str, str]]:
-    """Pairs of policies ordered one way in one round and the other way in another (by the engine; or by
-    the simulator, where each "round" is its serving at one of the measured speeds).
+    """Pairs of policies whose order the engine's rounds do not settle: the signed-rank test on the pair's
+    per-round differences does not reach SETTLING_LEVEL.
 
     Rounds are paired: round i of every policy was served within minutes of the others, so a machine that
     slows down between rounds moves both figures of a pair alike and does not unsettle its order, while a
-    pair whose difference is below one serving's noise flips. With one round nothing is unsettled."""
+    pair whose difference is below one serving's noise goes one way in some rounds and the other in others.
+    Testing the differences' signs and sizes rather than asking every round to agree means more rounds
+    settle more pairs, not fewer. With one round nothing is unsettled (no noise has been seen)."""
     names = list(served)
+    if not names or len(served[names[0]]) < 2:
+        return set()
+
+    def p(a: str, b: str) -> float:
+        return signed_rank_p([ra[metric] - rb[metric] for ra, rb in zip(served[a], served[b], strict=True)])
+
+    return {(a, b) for a, b in _pairs(names) if p(a, b) > SETTLING_LEVEL}
+
+
+def turning(servings: Rounds, metric: str) -> set[tuple[str, str]]:
+    """Pairs of policies ordered one way in one serving and the other way in another."""
 
     def signs(a: str, b: str) -> set[bool]:
-        return {ra[metric] < rb[metric] for ra, rb in zip(served[a], served[b], strict=True)}
+        return {ra[metric] < rb[metric] for ra, rb in zip(servings[a], servings[b], strict=True)}
 
-    return {(a, b) for a, b in _pairs(names) if len(signs(a, b)) > 1}
+    return {(a, b) for a, b in _pairs(list(servings)) if len(signs(a, b)) > 1}
 
 
 def _pairs(names: list[str]) -> set[tuple[str, str]]:

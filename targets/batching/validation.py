@@ -9,8 +9,9 @@ every request counts, and unlike a share meeting SLOs it does not saturate on a 
 are kv's: the rankings agree (Kendall tau-b >= 0.8) and every policy's mean TTFT is within 25 % of the
 engine's. An engine serving is one run of a queue near saturation, where a pass timed a few per cent long
 changes which requests share the next iterations and moves a mean TTFT by up to 20 %; so every policy is
-served `rounds` times in turns, its medians compared, and a pair the engine orders one way in one round and
-the other way in another is left out of tau-b (no evidence either way).
+served `rounds` times in turns, its medians compared, and a pair whose order the engine's rounds do not
+settle (search/validation.py: a signed-rank test on the pair's per-round differences) is left out of tau-b
+(no evidence either way).
 Both sides time the same clock (the thread's CPU time), so the profile that prices the simulator should
 be measured on the machine, and under the load, the engine runs on; and as a CPU's speed drifts by tens of
 per cent within an hour, even idle, and from one process to the next by a fifth, every engine job first
@@ -64,7 +65,7 @@ OPTIONS = (
         "rounds",
         "int",
         5,
-        "servings of each policy in turns (medians kept; pairs that flip are left out)",
+        "servings of each policy in turns (medians kept; pairs they do not settle are left out)",
         low=1,
     ),
     Option(

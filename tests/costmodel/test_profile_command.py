@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from search.cli import main
-from search.validation import kendall_tau, report, summary
+from search.signed_rank import signed_rank_p
+from search.validation import SETTLING_LEVEL, kendall_tau, report, summary
 from targets.base import Check
 from targets.costmodel.model import COLLECTIVES, OPERATORS, CostModel, load_profile
 from targets.costmodel.shapes import ModelShape
@@ -66,12 +67,35 @@ def test_a_pair_the_engine_orders_alike_in_every_round_is_settled_though_the_mac
     assert result["kendall_tau"] == 1.0
 
 
+def test_more_rounds_settle_more_pairs_one_small_contrary_round_is_outweighed() -> None:
+    leads = [100.0, 120.0, 90.0, 110.0, 95.0]
+    by = {
+        "small": [20.0, 15.0, 30.0, 25.0, -5.0],  # the round against is the smallest difference
+        "second": [20.0, 15.0, 30.0, 25.0, -17.0],  # ... the second smallest
+        "large": [20.0, 15.0, 30.0, 25.0, -40.0],  # ... the largest
+    }
+    for case, settled in (("small", True), ("second", True), ("large", False)):
+        served = {"a": _served(100.0, leads), "b": _served(110.0, [x + d for x, d in zip(leads, by[case])])}
+        assert (report(KV, served)["unsettled"] == []) is settled, case
+
+
+def test_a_pair_is_settled_at_the_signed_rank_test_s_level_one_eighth() -> None:
+    assert signed_rank_p([3.0, 1.0, 2.0]) == signed_rank_p([-3.0, -1.0, -2.0]) == 1 / 8 == SETTLING_LEVEL
+    assert signed_rank_p([3.0, 1.0]) == 1 / 4, "two rounds all one way settle nothing"
+    assert signed_rank_p([5.0, 4.0, 3.0, 2.0, -1.0]) == 2 / 32
+    assert signed_rank_p([5.0, 4.0, 3.0, -2.0, 1.0]) == 3 / 32
+    assert signed_rank_p([5.0, 4.0, -3.0, 2.0, 1.0]) == 5 / 32
+    assert signed_rank_p([2.0, 0.0, 1.0, 3.0]) == 1 / 8, "a zero difference has no sign: dropped"
+    assert signed_rank_p([1.0, 1.0, -1.0]) == 1 / 2, "tied sizes share their mean rank"
+    assert signed_rank_p([0.0, 0.0]) == 1.0
+
+
 def test_pairs_the_simulator_orders_differently_within_the_measured_speeds_are_left_out_too() -> None:
     needs_half = replace(KV, checks=(Check("pairs_compared", at_least=0.5),))
     served = {
-        "a": _served(100.0, [120.0, 118.0]),  # the engine puts b ahead of a in both rounds ...
-        "b": _served(101.0, [110.0, 111.0]),  # ... and the simulator a ahead of b by a per cent
-        "c": _served(300.0, [290.0, 310.0]),
+        "a": _served(100.0, [120.0, 118.0, 119.0]),  # the engine puts b ahead of a in every round ...
+        "b": _served(101.0, [110.0, 111.0, 109.0]),  # ... and the simulator a ahead of b by a per cent
+        "c": _served(300.0, [290.0, 310.0, 300.0]),
     }
     assert report(needs_half, served)["kendall_tau"] == pytest.approx(1 / 3), "charged as discordant"
     result = report(needs_half, served, unresolved={("a", "b")})
