@@ -3,7 +3,7 @@
 Runs FCFS, Sarathi-Serve, shortest-prompt-first, EDF, the oracle SRPT and the heuristic a search found
 (bench/policies/found_batching.py) through `crucible validate --target batching` in the sandbox, each
 served on the same scaled-down slice (priced by the cost model, and run on real kernels in the engine) in
-`--rounds` turns, and prints both rankings (the engine's ties: pairs whose order flips between rounds),
+`--rounds` turns, and prints both rankings (the engine's ties: pairs its rounds do not settle),
 Kendall tau-b and each policy's error on mean TTFT; it exits 1 when a check of the target's (tau-b >= 0.8,
 every error <= 25 %, at least half the pairs compared) fails. Each engine job first times the profile's
 whole forward passes again in its own process, and the simulator is priced with every pass as much slower
