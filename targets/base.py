@@ -23,6 +23,9 @@ class Feature:
     doc: str
     integer: bool = False
     """Takes whole values only (a head count, a GPU count), which the verifier then assumes."""
+    clock: bool = False
+    """A moment on the trace's clock, not a span: it only grows, so comparing it to a constant splits the
+    trace in time (a regime for its first minutes) and later traffic never sees but one side."""
 
 
 @dataclass(frozen=True)

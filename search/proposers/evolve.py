@@ -155,14 +155,15 @@ class _Draft:
         centre = 10.0 ** self.rng.choice(SCALES)
         return self.param(prefix, centre / 10.0**_SPAN, centre * 10.0**_SPAN, True)
 
-    def feature(self, avoid: str = "") -> Feature:
-        pool = [f for f in self.registry.features if f.name != avoid]
+    def feature(self, avoid: str = "", clocks: bool = True) -> Feature:
+        """A random feature; `clocks=False` where it is compared to a constant (see Feature.clock)."""
+        pool = [f for f in self.registry.features if f.name != avoid and (clocks or not f.clock)]
         return self.rng.choice(pool)
 
     def term(self) -> ast.expr:
         """A transform of one or two features drawn from the term grammar; safe over their domains."""
         form = self.rng.choices(list(TERM_WEIGHTS), weights=list(TERM_WEIGHTS.values()))[0]
-        x = self.feature()
+        x = self.feature(clocks=form != "cap")
         if form == "x":
             return self.state(x.name)
         if form == "log1p":
@@ -233,7 +234,7 @@ def _replace_feature(d: _Draft) -> str | None:
     if not refs:
         return None
     slot, old = d.rng.choice(refs)
-    new = d.feature(avoid=old).name
+    new = d.feature(avoid=old, clocks=not _bounds(slot)).name
     slot.put(d.state(new))
     return f"with {old} -> {new}"
 
@@ -335,6 +336,16 @@ def _change_op(d: _Draft) -> str | None:
     return f"with '{_SYMBOLS[type(old)]}' -> '{_SYMBOLS[type(new)]}' in {_short(node)}"
 
 
+def _bounds(slot: _Slot) -> bool:
+    """Whether the expression in `slot` is compared to another or bounded by min, max or clamp."""
+    holder = slot.holder
+    return isinstance(holder, ast.Compare) or (
+        isinstance(holder, ast.Call)
+        and isinstance(holder.func, ast.Name)
+        and holder.func.id in ("min", "max", "clamp")
+    )
+
+
 def _is_weighting(d: _Draft, node: ast.BinOp) -> bool:
     """Whether a product scales by a param or literal, which turns meaningless as a sum or difference."""
     return isinstance(node.op, ast.Mult) and any(
@@ -350,6 +361,8 @@ def _wrap(d: _Draft) -> str | None:
     slot = d.rng.choice(slots)
     inner = slot.get()
     form = d.rng.choices(("log1p", "sqrt", "min", "max", "clamp"), weights=(3, 1, 1.5, 1.5, 1))[0]
+    if form in ("min", "max", "clamp") and d.is_state(inner) and d.registry[inner.attr].clock:
+        return None
     if form in ("log1p", "sqrt"):
         slot.put(_call(form, inner))
     elif form == "clamp":
@@ -368,7 +381,7 @@ def _guard(d: _Draft) -> str | None:
     last = body[-1]
     if not isinstance(last, ast.Return) or last.value is None:
         return None
-    f = d.feature()
+    f = d.feature(clocks=False)
     cmp = d.rng.choice((ast.Gt, ast.Lt))()
     test = ast.Compare(d.state(f.name), [cmp], [d.scaled("t")])
     plus = d.rng.random() < 0.5
@@ -385,7 +398,7 @@ def _switch(d: _Draft) -> str | None:
     last = body[-1]
     if not isinstance(last, ast.Return) or last.value is None:
         return None
-    f = d.feature()
+    f = d.feature(clocks=False)
     if f.integer and f.high - f.low <= 1:
         threshold = _num(0.5)
     else:  # a log range on a drawn decade, cut at the feature's floor, so that both regimes can occur

@@ -10,8 +10,8 @@ _TOKENS = 1.0e7
 
 REQUEST_FEATURES = FeatureRegistry(
     (
-        Feature("now", "s", 0.0, _INF, "current time: the start of the iteration being planned"),
-        Feature("arrival", "s", 0.0, _INF, "time the request arrived"),
+        Feature("now", "s", 0.0, _INF, "current time: the start of the iteration being planned", clock=True),
+        Feature("arrival", "s", 0.0, _INF, "time the request arrived", clock=True),
         Feature("waiting", "s", 0.0, _INF, "now - arrival: time since the request arrived"),
         Feature("since_run", "s", 0.0, _INF, "time since it last computed a token (since arrival if never)"),
         Feature("prompt", "tokens", 1.0, _TOKENS, "prompt tokens", integer=True),

@@ -13,10 +13,10 @@ _G = 64.0
 
 OPTION_FEATURES = FeatureRegistry(
     (
-        Feature("now", "s", 0.0, _T, "the scheduling time"),
-        Feature("arrival", "s", 0.0, _T, "when the request arrived"),
+        Feature("now", "s", 0.0, _T, "the scheduling time", clock=True),
+        Feature("arrival", "s", 0.0, _T, "when the request arrived", clock=True),
         Feature("waiting", "s", 0.0, _T, "now - arrival"),
-        Feature("deadline", "s", 0.0, 2 * _T, "when the request must be finished"),
+        Feature("deadline", "s", 0.0, 2 * _T, "when the request must be finished", clock=True),
         Feature("slack", "s", -_T, 2 * _T, "deadline - now (negative once it cannot finish in time)"),
         Feature("predicted_s", "s", 1.0e-6, _S, "seconds the request takes under this plan on this group"),
         Feature("slack_after", "s", -_T - _S, 2 * _T, "slack - predicted_s: time to spare if started now"),

@@ -11,9 +11,13 @@ _INF = 1.0e12
 
 BLOCK_FEATURES = FeatureRegistry(
     (
-        Feature("now", "s", 0.0, _INF, "current time: the arrival of the request that needs room"),
-        Feature("last_access", "s", 0.0, _INF, "time of the block's latest access"),
-        Feature("inserted_at", "s", 0.0, _INF, "time the block entered the cache (this residency)"),
+        Feature(
+            "now", "s", 0.0, _INF, "current time: the arrival of the request that needs room", clock=True
+        ),
+        Feature("last_access", "s", 0.0, _INF, "time of the block's latest access", clock=True),
+        Feature(
+            "inserted_at", "s", 0.0, _INF, "time the block entered the cache (this residency)", clock=True
+        ),
         Feature("age", "s", 0.0, _INF, "now - last_access"),
         Feature("lifetime", "s", 0.0, _INF, "now - inserted_at: time since insertion"),
         Feature("hits", "count", 0.0, _INF, "cache hits on the block during this residency"),

@@ -142,6 +142,30 @@ def test_every_operator_produces_valid_children(operator: str) -> None:
     assert len(notes) > 1
 
 
+def test_a_moment_on_the_trace_s_clock_is_never_compared_to_a_threshold() -> None:
+    """`if b.now < p.t` splits the trace in time: later traffic only ever takes one branch."""
+    clocks = {f.name for f in BLOCK_FEATURES.features if f.clock}
+    assert clocks == {"now", "last_access", "inserted_at"}
+    bounded = set()
+    for operator, seed in itertools.product(
+        ("guard", "switch", "replace_feature", "add_term", "wrap"), range(40)
+    ):
+        tree = ast.parse(propose(RICH, seed, (DONOR,), weights={operator: 1.0}).source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                bounded |= {block_feature(n) for n in [node.left, *node.comparators]}
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("min", "max", "clamp"):
+                bounded |= {block_feature(n) for n in node.args}
+    assert bounded - clocks - {""}, "features are compared at all"
+    assert not bounded & clocks
+
+
+def block_feature(node: ast.AST) -> str:
+    """The feature `b.<name>` reads, or "" for anything else."""
+    is_read = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "b"
+    return node.attr if is_read else ""
+
+
 def test_an_operator_with_no_site_fails_in_one_line() -> None:
     with pytest.raises(ProposalFailed, match=r"^evolve: no valid child of #\d+ after 5 tries; last: delete"):
         propose(BASELINES["lru"], 0, weights={"delete": 1.0}, tries=5)
