@@ -756,7 +756,8 @@ def _targets(args: argparse.Namespace) -> None:
         features.add_column(col)
     for signature, rows in data["features"].items():
         for f in rows:
-            features.add_row(signature, f["name"], f["unit"], f"[{f['low']:g}, {f['high']:g}]", f["doc"])
+            unit = f"{f['unit']}, clock" if f["clock"] else f["unit"]
+            features.add_row(signature, f["name"], unit, f"[{f['low']:g}, {f['high']:g}]", f["doc"])
     objective = data["objective"]
     _print(
         target.description,
@@ -791,7 +792,7 @@ def _target_json(target: Target) -> dict[str, Any]:
         ],
         "features": {
             s.name: [
-                {"name": f.name, "unit": f.unit, "low": f.low, "high": f.high, "doc": f.doc}
+                {"name": f.name, "unit": f.unit, "low": f.low, "high": f.high, "clock": f.clock, "doc": f.doc}
                 for f in target.registry(s.name).features
             ]
             for s in target.signatures

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from targets.base import Feature
 from verifiers.static import CALLS, MAX_RANGE
 
 from .base import Entry, ProposalRequest, TargetBrief
@@ -114,17 +115,27 @@ def signatures(brief: TargetBrief) -> str:
     for sig in brief.signatures:
         registry = brief.registries[sig.name]
         rows = [
-            f"    {sig.state_arg}.{f.name} ({f.unit}, in [{f.low:g}, {f.high:g}]): {f.doc}"
+            f"    {sig.state_arg}.{f.name} ({_unit(f)}, in [{f.low:g}, {f.high:g}]): {f.doc}"
             for f in registry.features
             if f.name in sig.features
         ]
         parts.append(
             f"def {sig.name}({sig.state_arg}, {sig.params_arg}):  # {sig.doc}\n"
-            f"  reads these features of `{sig.state_arg}` (unit, domain: meaning):\n"
+            f"  reads these features of `{sig.state_arg}` (unit, domain: meaning; {CLOCK_NOTE}):\n"
             + "\n".join(rows)
             + f"\n  and `{sig.params_arg}.<name>` for each PARAMS entry."
         )
     return "\n\n".join(parts)
+
+
+CLOCK_NOTE = (
+    "a clock feature is a moment that only grows: a threshold on it splits the trace in time, "
+    "and later traffic takes one side only"
+)
+
+
+def _unit(feature: Feature) -> str:
+    return f"{feature.unit}, clock" if feature.clock else feature.unit
 
 
 def _call(name: str, low: int, high: int | None) -> str:

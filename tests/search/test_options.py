@@ -104,6 +104,8 @@ def test_targets_show_lists_options_features_metrics_and_baselines(
     assert shown["objective"] == {"metric": "slo_attainment", "direction": "maximize"}
     assert "srpt" in shown["builtin_baselines"] and "fcfs" in shown["baselines"]
     assert "waiting" in {f["name"] for f in shown["features"]["priority"]}
+    clocks = {f["name"] for f in shown["features"]["priority"] if f["clock"]}
+    assert clocks == {"now", "arrival"}, "moments on the trace's clock, which no threshold may test"
     main(["targets", "show", "kv"])
     text = capsys.readouterr().out
     for words in (

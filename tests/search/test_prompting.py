@@ -33,8 +33,10 @@ def test_the_kv_prompt_carries_the_target_and_every_feature_of_its_registry() ->
     assert KV.description in text
     assert "def priority(b, p):" in text and "lowest score is evicted first" in text
     for feature in BLOCK_FEATURES.features:
-        line = f"b.{feature.name} ({feature.unit}, in [{feature.low:g}, {feature.high:g}]): {feature.doc}"
+        unit = f"{feature.unit}, clock" if feature.clock else feature.unit
+        line = f"b.{feature.name} ({unit}, in [{feature.low:g}, {feature.high:g}]): {feature.doc}"
         assert line in text
+    assert "b.now (s, clock, in [0, 1e+12])" in text and "a threshold on it splits the trace in time" in text
     assert "b.next_use" not in text, "the oracle column is no feature a candidate may read"
 
 
