@@ -6,9 +6,9 @@ A validation may declare a `rounds` option: every policy is then served that man
 policies once, then all again), each figure is the median over the rounds, and a pair of policies whose
 order the engine's rounds do not settle (a signed-rank test on their per-round differences) is left out of
 the rankings' agreement: the engine has not told them apart, so their order is no evidence for or against
-the simulator. A validation
-that prices the simulator as the engine's jobs measured the machine (`calibrated`) leaves out, likewise,
-the pairs whose simulated order turns within the speeds the jobs measured.
+the simulator. A validation that prices the simulator as the engine's jobs measured the machine
+(`calibrated`) leaves out, likewise, the pairs whose simulated order turns within the speeds the jobs
+measured.
 What is compared, ranked, shown and checked is the target's declaration (targets.base.Validation); this
 module knows no target."""
 

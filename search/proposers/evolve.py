@@ -67,6 +67,8 @@ REPEAT_DAMPING = 0.25
 """An operator's weight is multiplied by this for each of the parent's children it made that behaved as an
 evaluated program."""
 _CROSSOVER = frozenset({"splice", "blend"})
+_BOUNDING = frozenset({"min", "max", "clamp"})
+"""Calls that bound their first argument by constants: as a comparison does, no place for a clock feature."""
 
 TERM_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {"x": 2.0, "log1p": 3.0, "sqrt": 1.0, "inv": 1.5, "ratio": 1.5, "cap": 1.0, "prod": 0.5}
@@ -340,9 +342,7 @@ def _bounds(slot: _Slot) -> bool:
     """Whether the expression in `slot` is compared to another or bounded by min, max or clamp."""
     holder = slot.holder
     return isinstance(holder, ast.Compare) or (
-        isinstance(holder, ast.Call)
-        and isinstance(holder.func, ast.Name)
-        and holder.func.id in ("min", "max", "clamp")
+        isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id in _BOUNDING
     )
 
 
@@ -361,7 +361,7 @@ def _wrap(d: _Draft) -> str | None:
     slot = d.rng.choice(slots)
     inner = slot.get()
     form = d.rng.choices(("log1p", "sqrt", "min", "max", "clamp"), weights=(3, 1, 1.5, 1.5, 1))[0]
-    if form in ("min", "max", "clamp") and d.is_state(inner) and d.registry[inner.attr].clock:
+    if form in _BOUNDING and d.is_state(inner) and d.registry[inner.attr].clock:
         return None
     if form in ("log1p", "sqrt"):
         slot.put(_call(form, inner))

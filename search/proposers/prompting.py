@@ -109,6 +109,13 @@ def variables(request: ProposalRequest) -> dict[str, str]:
     }
 
 
+CLOCK_NOTE = (
+    "a clock feature is a moment that only grows: a threshold on it splits the trace in time, "
+    "and later traffic takes one side only"
+)
+"""Why the prompt marks clock features (targets.base.Feature.clock)."""
+
+
 def signatures(brief: TargetBrief) -> str:
     """Each decision function with its doc and every feature it may read: name, unit, domain and meaning."""
     parts = []
@@ -126,12 +133,6 @@ def signatures(brief: TargetBrief) -> str:
             + f"\n  and `{sig.params_arg}.<name>` for each PARAMS entry."
         )
     return "\n\n".join(parts)
-
-
-CLOCK_NOTE = (
-    "a clock feature is a moment that only grows: a threshold on it splits the trace in time, "
-    "and later traffic takes one side only"
-)
 
 
 def _unit(feature: Feature) -> str:
