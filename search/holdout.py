@@ -2,10 +2,11 @@
 
 `--holdout 0.33` cuts the workload's requests in time order (inside the run's own `requests` window, if
 any): the run's options window the head, so the loop never sees the tail. After the search, the best
-candidate and every baseline are scored on the tail twice: with the constants tuned on the head, and after
-re-tuning them on the tail's own train share (instance specialization), starting from the head's constants
-so re-tuning can only keep or improve the train share's score. The scores are evaluations of the
-run (roles "tail" and "tail-retuned"), so the read model reports them from the store alone.
+candidate and every baseline are scored on the tail twice: with the constants tuned on the head (a
+forecast), and after re-tuning them on the whole tail (instance specialization, as Vulcan does: how well
+the program's form fits that traffic, not a forecast), starting from the head's constants so re-tuning can
+only keep or improve the tail's score. The scores are evaluations of the run (roles "tail" and
+"tail-retuned"), so the read model reports them from the store alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import targets
@@ -30,7 +31,7 @@ WINDOW_OPTION = "requests"
 TAIL = "tail"
 """Evaluation role: the tail scored with the constants tuned on the head."""
 TAIL_RETUNED = "tail-retuned"
-"""Evaluation role: the tail scored after tuning the constants again on the tail's train share."""
+"""Evaluation role: the tail scored after tuning the constants again on the whole tail."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def split(target: Target, workload: str, options: dict[str, Any], share: float) 
 
 
 def tail_instances(target: Target, workload: str, options: dict[str, Any], cut: Split) -> list[Instance]:
-    """The target's instances on the tail window: its train share for re-tuning, its eval for scoring."""
+    """The target's instances on the tail window (a train share and the whole window, role "eval")."""
     try:
         return target.instances(workload, {**options, WINDOW_OPTION: cut.tail})
     except (WorkloadError, OptionError) as exc:
@@ -114,6 +115,7 @@ def measure_tail(
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
     tail = tail_instances(target, config["workload"], options, cut)
     scoring = tuple(i for i in tail if i.role == "eval")
+    fitting = tuple(replace(i, role="train") for i in scoring)  # re-tuning fits the instance it is scored on
     done = {(e.candidate_id, e.policy) for e in store.evaluations(run_id) if e.role in (TAIL, TAIL_RETUNED)}
     rows = [r for r in store.candidates(run_id) if r.status == "evaluated"]
     subjects = [_Subject(r) for r in rows if r.proposer == BASELINE or r.id == best_id]
@@ -129,7 +131,8 @@ def measure_tail(
         jobs.append((s, TAIL, Job(target.name, s.row.source, scoring, params=params, limits=limits)))
         retune = Tuning(trials=trials, seed=(seed * 100_003 + s.row.seq) % 2**32)  # baselines' seqs are < 0
         start = render(check(s.row.source, target.signatures), params)  # the first trial: the head's values
-        jobs.append((s, TAIL_RETUNED, Job(target.name, start, tuple(tail), tuning=retune, limits=limits)))
+        retuned = Job(target.name, start, fitting + scoring, tuning=retune, limits=limits)
+        jobs.append((s, TAIL_RETUNED, retuned))
     results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
     for (s, role, _), result in zip(jobs, results, strict=True):
         name = s.builtin if s.row is None else s.row.name or f"#{s.row.id}"
@@ -145,7 +148,7 @@ def measure_tail(
 
 
 def _evaluations(run_id: str, subject: _Subject, role: str, result: Result) -> list[Evaluation]:
-    """The tail's eval instances of a result, stored under `role` (a re-tuning's train share is not kept)."""
+    """The tail's eval instances of a result, stored under `role` (a re-tuning's fitted copy is not kept)."""
     return [
         Evaluation(
             run_id=run_id,

@@ -65,7 +65,8 @@ def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
     assert search_jobs and all(stop <= 80 for _, (_, stop) in search_jobs)  # selection saw the head only
     assert all(start >= 80 and stop <= 120 for _, (start, stop) in tail_jobs)  # and the tail came after
     assert ("eval", (80, 120)) in tail_jobs
-    assert {"train", "eval"} <= {role for role, _ in tail_jobs}  # re-tuning tunes on the tail's train share
+    assert {"train", "eval"} <= {role for role, _ in tail_jobs}
+    assert {w for role, w in tail_jobs if role == "train"} == {(80, 120)}  # re-tuned on the whole tail
 
     report = ReadModel(runs.store).report(run_id)  # a fresh reader: from the store alone
     assert report.holdout is not None
@@ -79,6 +80,8 @@ def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
     for row in rows.values():
         assert row.head is not None and row.tail is not None
         assert (row.tail_retuned is None) == (row.kind == "builtin")  # a built-in has no constants
+        if row.tail_retuned is not None:  # fitted on the tail from the head's constants: never worse there
+            assert row.tail_retuned >= row.tail
     found = rows[f"found #{report.best.candidate_id}"]  # type: ignore[union-attr]
     assert found.head == report.best.score  # type: ignore[union-attr]
 
