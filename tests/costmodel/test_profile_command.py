@@ -75,7 +75,8 @@ def test_more_rounds_settle_more_pairs_one_small_contrary_round_is_outweighed() 
         "large": [20.0, 15.0, 30.0, 25.0, -40.0],  # ... the largest
     }
     for case, settled in (("small", True), ("second", True), ("large", False)):
-        served = {"a": _served(100.0, leads), "b": _served(110.0, [x + d for x, d in zip(leads, by[case])])}
+        behind = [x + d for x, d in zip(leads, by[case], strict=True)]
+        served = {"a": _served(100.0, leads), "b": _served(110.0, behind)}
         assert (report(KV, served)["unsettled"] == []) is settled, case
 
 
