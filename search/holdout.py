@@ -79,10 +79,11 @@ def split(target: Target, workload: str, options: dict[str, Any], share: float) 
     return Split(share, f"{lo}:{cut}", f"{cut}:{hi}")
 
 
-def tail_instances(target: Target, workload: str, options: dict[str, Any], cut: Split) -> list[Instance]:
-    """The target's instances on the tail window (a train share and the whole window, role "eval")."""
+def tail_scoring(target: Target, workload: str, options: dict[str, Any], cut: Split) -> tuple[Instance, ...]:
+    """The target's instances that score the whole tail window (role "eval")."""
     try:
-        return target.instances(workload, {**options, WINDOW_OPTION: cut.tail})
+        instances = target.instances(workload, {**options, WINDOW_OPTION: cut.tail})
+        return tuple(i for i in instances if i.role == "eval")
     except (WorkloadError, OptionError) as exc:
         raise UserError(str(exc)) from None
 
@@ -113,8 +114,7 @@ def measure_tail(
     cut = Split.from_json(config["holdout"])
     target = targets.load(run.target)
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
-    tail = tail_instances(target, config["workload"], options, cut)
-    scoring = tuple(i for i in tail if i.role == "eval")
+    scoring = tail_scoring(target, config["workload"], options, cut)
     fitting = tuple(replace(i, role="train") for i in scoring)  # re-tuning fits the instance it is scored on
     done = {(e.candidate_id, e.policy) for e in store.evaluations(run_id) if e.role in (TAIL, TAIL_RETUNED)}
     rows = [r for r in store.candidates(run_id) if r.status == "evaluated"]
