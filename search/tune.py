@@ -198,26 +198,33 @@ class Study:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not run: the budget is taken
                 study.set_user_attr(f"surplus:{trial.number}", True)
                 break
-            trial.set_user_attr("pid", os.getpid())
-            trial.set_user_attr("host", socket.gethostname())
-            values = {knob.name: knob.suggest(trial) for knob in self.knobs}
-            result = self._job(values, "train")
-            if result.status != "ok":
-                trial.set_user_attr("message", f"{result.status}: {result.message}")
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            else:
-                trial.set_user_attr("instances", [asdict(i) for i in result.instances])
-                train = _mean([i.metrics for i in result.instances])
-                missing = [g.metric for g in self.spec.goals if g.metric not in train]
-                if missing:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                    raise UserError(
-                        f"no metric {missing[0]!r} on {self.target.name}; it has {', '.join(train)}"
-                    )
-                study.tell(trial, [train[g.metric] for g in self.spec.goals])
+            try:
+                status = self._trial(trial)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # SQLite locks no row: another process popped the same enqueued trial and told it first
+                continue
             ran += 1
-            on_trial(ran, requested, result.status)
+            on_trial(ran, requested, status)
         return ran
+
+    def _trial(self, trial: optuna.Trial) -> str:
+        """Run one trial in the sandbox and tell the study its train objectives; the job's status."""
+        trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("host", socket.gethostname())
+        values = {knob.name: knob.suggest(trial) for knob in self.knobs}
+        result = self._job(values, "train")
+        if result.status != "ok":
+            trial.set_user_attr("message", f"{result.status}: {result.message}")
+            self.optuna.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return result.status
+        trial.set_user_attr("instances", [asdict(i) for i in result.instances])
+        train = _mean([i.metrics for i in result.instances])
+        missing = [g.metric for g in self.spec.goals if g.metric not in train]
+        if missing:
+            self.optuna.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise UserError(f"no metric {missing[0]!r} on {self.target.name}; it has {', '.join(train)}")
+        self.optuna.tell(trial, [train[g.metric] for g in self.spec.goals])
+        return result.status
 
     def done(self) -> list[optuna.trial.FrozenTrial]:
         """The trials that ran (with or without a value), surplus claims left out."""

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import optuna
 import pytest
+from in_process import InProcess
 
 import targets
+from sandbox.job import Job, Result
 from search.cli import main
 from search.errors import UserError
 from search.readmodel import ReadModel
+from search.service import RunService, resolve
 from search.store import Store, open_engine
-from search.tune import Goal, knobs
+from search.tune import Goal, Study, TuneSpec, knobs
 from verifiers.static import check
 
 SMALL = ["--target", "batching", "--set", "requests=0:40", "--sandbox", "process"]
@@ -57,6 +60,36 @@ def test_two_processes_sharing_a_storage_together_run_exactly_the_requested_tria
     rows = [c for c in read.candidates(run_id) if not c.is_baseline]
     assert sorted(c.seq for c in rows) == [0, 1, 2, 3, 4]
     assert {c.proposer for c in rows} == {"tune"}
+
+
+def test_a_trial_another_process_told_first_is_not_counted_here_and_the_run_goes_on(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    target = targets.load("batching")
+    source = target.baselines()["sarathi"]
+    workload, options = resolve(target, None, {"requests": "0:40"})
+    goal = Goal.parse(target.objective.metric, target)
+    spec = TuneSpec("batching", "sarathi", source, workload, options, (goal,), trials=3, storage=storage)
+
+    class RacedOnce:
+        """The sandbox, while another process pops the same enqueued first trial and tells it first."""
+
+        def __init__(self) -> None:
+            self.raced = False
+
+        def run(self, job: Job) -> Result:
+            result = InProcess().run(job)
+            if not self.raced:
+                self.raced = True
+                other = optuna.load_study(study_name=spec.study_name(), storage=storage)
+                (running,) = other.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                other.tell(running.number, [0.5])
+            return result
+
+    study = Study(spec, target, check(source, target.signatures), RacedOnce(), RunService(Store(open_engine(
+        f"sqlite:///{tmp_path / 'runs.db'}"))))  # fmt: skip
+    assert study.run() == 2, "the trial the other process told is not one of this process's"
+    told = [t.values[0] for t in study.done()]
+    assert len(told) == 3 and told[0] == 0.5, "the other's value stands; the study holds the requested three"
 
 
 def test_rerunning_a_study_continues_it_up_to_the_requested_trials(tmp_path: Path) -> None:
