@@ -754,10 +754,9 @@ def _targets(args: argparse.Namespace) -> None:
     features = Table(title=f"{target.name} features")
     for col in ("function", "feature", "unit", "range", "about"):
         features.add_column(col)
-    for signature, rows in data["features"].items():
-        for f in rows:
-            unit = f"{f['unit']}, clock" if f["clock"] else f["unit"]
-            features.add_row(signature, f["name"], unit, f"[{f['low']:g}, {f['high']:g}]", f["doc"])
+    for s in target.signatures:
+        for f in target.registry(s.name).features:
+            features.add_row(s.name, f.name, f.shown_unit, f"[{f.low:g}, {f.high:g}]", f.doc)
     objective = data["objective"]
     _print(
         target.description,

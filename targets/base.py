@@ -27,6 +27,11 @@ class Feature:
     """A moment on the trace's clock, not a span: it only grows, so comparing it to a constant splits the
     trace in time (a regime for its first minutes) and later traffic never sees but one side."""
 
+    @property
+    def shown_unit(self) -> str:
+        """The unit as prompts and tables show it: a clock feature says so beside it."""
+        return f"{self.unit}, clock" if self.clock else self.unit
+
 
 @dataclass(frozen=True)
 class FeatureRegistry:

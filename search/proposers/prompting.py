@@ -14,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from targets.base import Feature
 from verifiers.static import CALLS, MAX_RANGE
 
 from .base import Entry, ProposalRequest, TargetBrief
@@ -122,7 +121,7 @@ def signatures(brief: TargetBrief) -> str:
     for sig in brief.signatures:
         registry = brief.registries[sig.name]
         rows = [
-            f"    {sig.state_arg}.{f.name} ({_unit(f)}, in [{f.low:g}, {f.high:g}]): {f.doc}"
+            f"    {sig.state_arg}.{f.name} ({f.shown_unit}, in [{f.low:g}, {f.high:g}]): {f.doc}"
             for f in registry.features
             if f.name in sig.features
         ]
@@ -133,10 +132,6 @@ def signatures(brief: TargetBrief) -> str:
             + f"\n  and `{sig.params_arg}.<name>` for each PARAMS entry."
         )
     return "\n\n".join(parts)
-
-
-def _unit(feature: Feature) -> str:
-    return f"{feature.unit}, clock" if feature.clock else feature.unit
 
 
 def _call(name: str, low: int, high: int | None) -> str:

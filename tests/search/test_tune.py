@@ -85,8 +85,8 @@ def test_a_trial_another_process_told_first_is_not_counted_here_and_the_run_goes
                 other.tell(running.number, [0.5])
             return result
 
-    study = Study(spec, target, check(source, target.signatures), RacedOnce(), RunService(Store(open_engine(
-        f"sqlite:///{tmp_path / 'runs.db'}"))))  # fmt: skip
+    service = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
+    study = Study(spec, target, check(source, target.signatures), RacedOnce(), service)
     assert study.run() == 2, "the trial the other process told is not one of this process's"
     told = [t.values[0] for t in study.done()]
     assert len(told) == 3 and told[0] == 0.5, "the other's value stands; the study holds the requested three"
