@@ -9,13 +9,15 @@ hit rate, the share of the LRU-to-Belady gap it closes, and its ratio to S3-FIFO
 1.5x S3-FIFO would need as a share of the gap. "returns" near Belady means the headroom is in predicting
 which blocks (which conversations) come back at all, not when they do. A last table says how often a
 request of the window is followed by its conversation's next turn, by the turns the conversation had so far:
-`turns` is what the cache sees of that.
+`turns` is what the cache sees of that. The last says how well what a request shows ranks "its next turn
+follows" (AUC) before the window and in it: its conversation's turns and mean interval between them, its
+blocks, its output tokens, and a logistic regression on all four fitted before the window (counted from the
+trace's start, so with more history than a replay of the window alone has).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -46,26 +48,74 @@ def _oracle_rate(instance: Instance, source: str) -> float:
     return rates(replay(instance, key, np.zeros(0), POLICY_STATIC_KEY))["block_hit_rate"]
 
 
-def next_turns(trace: Trace, start: int, stop: int) -> dict[int, tuple[int, int]]:
-    """Per turns so far (4: four or more): requests in the window, how many had a next turn before `stop`.
+def conversations(trace: Trace, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request before `stop`: its conversation's turns so far, the mean interval between them (0 for a
+    first turn), and whether a next turn follows before `stop`.
 
     A request is the next turn of the latest earlier one whose blocks, all but the last, it starts with (more
     than a first block): the rule of the kv target's `turns` feature.
     """
     ends: dict[tuple[int, ...], int] = {}
-    turns: list[int] = []
-    followed: set[int] = set()
+    turns, gaps = np.ones(stop), np.zeros(stop)
+    followed = np.zeros(stop, dtype=bool)
     for r in range(stop):
         blocks = tuple(int(b) for b in trace.blocks[trace.offsets[r] : trace.offsets[r + 1]])
         earlier = next((ends[blocks[:n]] for n in range(len(blocks), 1, -1) if blocks[:n] in ends), None)
-        turns.append(1 if earlier is None else turns[earlier] + 1)
         if earlier is not None:
-            followed.add(earlier)
+            turns[r] = turns[earlier] + 1
+            interval = trace.timestamps_s[r] - trace.timestamps_s[earlier]
+            gaps[r] = gaps[earlier] + (interval - gaps[earlier]) / (turns[r] - 1)
+            followed[earlier] = True
         if len(blocks) > 2:
             ends[blocks[:-1]] = r
-    seen = Counter(min(turns[r], 4) for r in range(start, stop))
-    again = Counter(min(turns[r], 4) for r in range(start, stop) if r in followed)
-    return {k: (seen[k], again[k]) for k in sorted(seen)}
+    return turns, gaps, followed
+
+
+def auc(score: np.ndarray, positive: np.ndarray) -> float:
+    """The chance that a random positive scores above a random negative (ties count half)."""
+    order = np.argsort(score, kind="stable")
+    ranks = np.empty(score.size)
+    ranks[order] = np.arange(1, score.size + 1)
+    for value in np.unique(score):  # tied scores share their mean rank
+        tied = score == value
+        ranks[tied] = ranks[tied].mean()
+    n_pos, n_neg = positive.sum(), (~positive).sum()
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def logistic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Weights of a logistic regression of y on standardized x (Newton steps, a little ridge)."""
+    z = np.c_[np.ones(len(x)), x]
+    w = np.zeros(z.shape[1])
+    for _ in range(30):
+        p = 1.0 / (1.0 + np.exp(-z @ w))
+        hessian = (z * (p * (1 - p))[:, None]).T @ z + 1e-3 * np.eye(len(w))
+        w -= np.linalg.solve(hessian, z.T @ (p - y) + 1e-3 * w)
+    return w
+
+
+def predictability(trace: Trace, start: int, stop: int) -> dict[str, tuple[float, float]]:
+    """AUC of each request feature for "a next turn follows", on the requests before `start` and in the
+    window, and of a logistic regression on all of them fitted before `start` and scored on the window."""
+    turns, gaps, followed = conversations(trace, stop)
+    n_blocks = np.diff(trace.offsets[: stop + 1]).astype(float)
+    features = {
+        "turns": turns,
+        "turn_gap": gaps,
+        "blocks": n_blocks,
+        "output_tokens": trace.output_tokens[:stop].astype(float),
+    }
+    before, window = slice(0, start), slice(start, stop)
+
+    def both(score: np.ndarray) -> tuple[float, float]:
+        return auc(score[before], followed[before]), auc(score[window], followed[window])
+
+    table = {name: both(x) for name, x in features.items()}
+    x = np.log1p(np.column_stack(tuple(features.values())))
+    x = (x - x[before].mean(0)) / (x[before].std(0) + 1e-12)
+    w = logistic(x[before], followed[before].astype(float))
+    table["all four, fitted before"] = both(np.c_[np.ones(stop), x] @ w)
+    return table
 
 
 def main() -> None:
@@ -92,9 +142,18 @@ def main() -> None:
             print(f"  {name:<18} hit rate {rate:.4f}  gap closed {gap:6.3f}  x s3fifo {rate / classic:.3f}")
         aim = 1.5 * classic
         print(f"  1.5x s3fifo = hit rate {aim:.4f}: {(aim - low) / (high - low):.3f} of the gap")
+    trace = load_workload(args.trace)
+    turns, _, followed = conversations(trace, stop)
     print(f"next turn of a request in {start}:{stop}, by its conversation's turns so far (4: four or more):")
-    for k, (seen, again) in next_turns(load_workload(args.trace), start, stop).items():
-        print(f"  turns {k}: {seen} requests, {again / seen:.0%} followed by a next turn")
+    for k in range(1, 5):
+        mask = np.minimum(turns[start:stop], 4) == k
+        share = followed[start:stop][mask].mean()
+        print(f"  turns {k}: {mask.sum()} requests, {share:.0%} followed by a next turn")
+    if start > 0:
+        print("how well a request's features rank 'a next turn follows' (AUC; 0.5 is chance, 1 is exact):")
+        print(f"  {'feature':<24} 0:{start}  {start}:{stop}")
+        for name, (head, window) in predictability(trace, start, stop).items():
+            print(f"  {name:<24} {head:.3f}   {window:.3f}")
 
 
 if __name__ == "__main__":
