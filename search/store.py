@@ -143,6 +143,8 @@ def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
     """Open the store at `url` (creating it unless `create` is False: a reader never makes an empty
     database out of a mistyped path), its schema migrated to the newest revision (search/schema.py);
     SQLite files get WAL mode. Raises StoreError."""
+    if "://" not in url:  # a bare path is the commonest slip; say what the URL would be
+        raise StoreError(f"cannot open database {url}: not a store URL; a SQLite file is sqlite:///{url}")
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url.removeprefix("sqlite:///")).expanduser().resolve()
         if not create and not path.is_file():
