@@ -7,7 +7,9 @@ LRU, S3-FIFO (the best classic policy there), Belady, and an offline oracle no c
 evict first the blocks never used again in the window, otherwise the least recently used. Each row is a block
 hit rate, the share of the LRU-to-Belady gap it closes, and its ratio to S3-FIFO; the last line says what
 1.5x S3-FIFO would need as a share of the gap. "returns" near Belady means the headroom is in predicting
-which blocks (which conversations) come back at all, not when they do. A last table says how often a
+which blocks (which conversations) come back at all, not when they do. How much of that foresight a policy
+needs: "returns" blurred by noise, with the AUC at which each blur ranks "used again" over the window's block
+accesses, and its hit rate. A next table says how often a
 request of the window is followed by its conversation's next turn, by the turns the conversation had so far:
 `turns` is what the cache sees of that. The last says how well what a request shows ranks "its next turn
 follows" (AUC) before the window and in it: its conversation's turns and mean interval between them, its
@@ -41,6 +43,26 @@ def priority(b, p):
     return (b.next_use < 1e11) * 1e12 + b.last_access
 '''
 """next_use is the trace position of the block's next access, 1e12 when there is none."""
+BLURRED = '''"""The returns oracle blurred: whether the block is used again, plus noise of weight {weight}."""
+
+
+def priority(b, p):
+    return (b.next_use < 1e11) + {weight} * ((b.last_access * 0.6180339887) % 1.0)
+'''
+"""The noise is a golden-ratio hash of the block's latest access time (whole seconds in Mooncake traces), so
+the blocks of one request share it and it does not follow recency; ties go to the least recent block."""
+BLUR_WEIGHTS = (1.25, 2.0, 3.0, 5.0)
+
+
+def blurred_auc(trace: Trace, start: int, stop: int, weight: float) -> float:
+    """AUC of the blurred oracle's score for "used again in the window", over the window's block accesses."""
+    lo, hi = int(trace.offsets[start]), int(trace.offsets[stop])
+    blocks = trace.blocks[lo:hi]
+    _, last = np.unique(blocks[::-1], return_index=True)
+    again = np.ones(blocks.size, dtype=bool)
+    again[blocks.size - 1 - last] = False
+    times = np.repeat(trace.timestamps_s[start:stop], np.diff(trace.offsets[start : stop + 1]))
+    return auc(again + weight * ((times * 0.6180339887) % 1.0), again)
 
 
 def _oracle_rate(instance: Instance, source: str) -> float:
@@ -126,6 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     target = KVTarget()
     start, stop = (int(x) for x in args.requests.split(":"))
+    trace = load_workload(args.trace)
     for capacity in args.capacities:
         instance = Instance(args.trace, {"capacity": capacity, "requests": [start, stop]})
         lru = target.evaluate(check(target.baselines()["lru"], target.signatures), instance, {})
@@ -142,7 +165,11 @@ def main() -> None:
             print(f"  {name:<18} hit rate {rate:.4f}  gap closed {gap:6.3f}  x s3fifo {rate / classic:.3f}")
         aim = 1.5 * classic
         print(f"  1.5x s3fifo = hit rate {aim:.4f}: {(aim - low) / (high - low):.3f} of the gap")
-    trace = load_workload(args.trace)
+        print("  returns (oracle) blurred by noise of weight w (AUC: how well it ranks 'used again'):")
+        for weight in BLUR_WEIGHTS:
+            rate = _oracle_rate(instance, BLURRED.format(weight=weight))
+            score = blurred_auc(trace, start, stop, weight)
+            print(f"    w {weight:<5} AUC {score:.3f}  hit rate {rate:.4f}  x s3fifo {rate / classic:.3f}")
     turns, _, followed = conversations(trace, stop)
     print(f"next turn of a request in {start}:{stop}, by its conversation's turns so far (4: four or more):")
     for k in range(1, 5):
