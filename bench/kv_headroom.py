@@ -9,7 +9,8 @@ hit rate, the share of the LRU-to-Belady gap it closes, and its ratio to S3-FIFO
 1.5x S3-FIFO would need as a share of the gap. "returns" near Belady means the headroom is in predicting
 which blocks (which conversations) come back at all, not when they do. How much of that foresight a policy
 needs: "returns" blurred by noise, with the AUC at which each blur ranks "used again" over the window's block
-accesses, and its hit rate. A next table says how often a
+accesses, and its hit rate; then the AUC for the same label of what a cache sees (the request's turns, its
+last block, its first block). A next table says how often a
 request of the window is followed by its conversation's next turn, by the turns the conversation had so far:
 `turns` is what the cache sees of that. The last says how well what a request shows ranks "its next turn
 follows" (AUC) before the window and in it: its conversation's turns and mean interval between them, its
@@ -54,15 +55,37 @@ the blocks of one request share it and it does not follow recency; ties go to th
 BLUR_WEIGHTS = (1.25, 2.0, 3.0, 5.0)
 
 
-def blurred_auc(trace: Trace, start: int, stop: int, weight: float) -> float:
-    """AUC of the blurred oracle's score for "used again in the window", over the window's block accesses."""
+def reused(trace: Trace, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per block access of the window: whether the block is used again in it, the request, the position."""
     lo, hi = int(trace.offsets[start]), int(trace.offsets[stop])
     blocks = trace.blocks[lo:hi]
     _, last = np.unique(blocks[::-1], return_index=True)
     again = np.ones(blocks.size, dtype=bool)
     again[blocks.size - 1 - last] = False
-    times = np.repeat(trace.timestamps_s[start:stop], np.diff(trace.offsets[start : stop + 1]))
-    return auc(again + weight * ((times * 0.6180339887) % 1.0), again)
+    lengths = np.diff(trace.offsets[start : stop + 1])
+    request = np.repeat(np.arange(start, stop), lengths)
+    return again, request, np.arange(blocks.size) - (trace.offsets[request] - lo)
+
+
+def blurred_auc(trace: Trace, start: int, stop: int, weight: float) -> float:
+    """AUC of the blurred oracle's score for "used again in the window", over the window's block accesses."""
+    again, request, _ = reused(trace, start, stop)
+    return auc(again + weight * ((trace.timestamps_s[request] * 0.6180339887) % 1.0), again)
+
+
+def visible_auc(trace: Trace, start: int, stop: int) -> dict[str, float]:
+    """AUC for the same label of what a cache sees: the request's turns so far, then with its last block
+    lowest (a next turn never reuses it) and every first block highest (every request passes it)."""
+    again, request, position = reused(trace, start, stop)
+    turns, _, _ = conversations(trace, stop)
+    score = turns[request]
+    last_lowest = np.where(position == np.diff(trace.offsets)[request] - 1, 0.0, score)
+    first_highest = np.where(position == 0, np.inf, last_lowest)
+    return {
+        "turns": auc(score, again),
+        "turns, last block lowest": auc(last_lowest, again),
+        "  and first block highest": auc(first_highest, again),
+    }
 
 
 def _oracle_rate(instance: Instance, source: str) -> float:
@@ -149,6 +172,7 @@ def main() -> None:
     target = KVTarget()
     start, stop = (int(x) for x in args.requests.split(":"))
     trace = load_workload(args.trace)
+    blur_aucs = {weight: blurred_auc(trace, start, stop, weight) for weight in BLUR_WEIGHTS}
     for capacity in args.capacities:
         instance = Instance(args.trace, {"capacity": capacity, "requests": [start, stop]})
         lru = target.evaluate(check(target.baselines()["lru"], target.signatures), instance, {})
@@ -166,10 +190,12 @@ def main() -> None:
         aim = 1.5 * classic
         print(f"  1.5x s3fifo = hit rate {aim:.4f}: {(aim - low) / (high - low):.3f} of the gap")
         print("  returns (oracle) blurred by noise of weight w (AUC: how well it ranks 'used again'):")
-        for weight in BLUR_WEIGHTS:
+        for weight, score in blur_aucs.items():
             rate = _oracle_rate(instance, BLURRED.format(weight=weight))
-            score = blurred_auc(trace, start, stop, weight)
             print(f"    w {weight:<5} AUC {score:.3f}  hit rate {rate:.4f}  x s3fifo {rate / classic:.3f}")
+    print(f"what a cache sees, ranking 'used again' over the block accesses of {start}:{stop} (AUC):")
+    for name, score in visible_auc(trace, start, stop).items():
+        print(f"  {name:<26} {score:.3f}")
     turns, _, followed = conversations(trace, stop)
     print(f"next turn of a request in {start}:{stop}, by its conversation's turns so far (4: four or more):")
     for k in range(1, 5):
