@@ -44,11 +44,12 @@ def priority(b, p):
     return (b.next_use < 1e11) * 1e12 + b.last_access
 '''
 """next_use is the trace position of the block's next access, 1e12 when there is none."""
+NOISE_HASH = 0.6180339887
 BLURRED = '''"""The returns oracle blurred: whether the block is used again, plus noise of weight {weight}."""
 
 
 def priority(b, p):
-    return (b.next_use < 1e11) + {weight} * ((b.last_access * 0.6180339887) % 1.0)
+    return (b.next_use < 1e11) + {weight} * ((b.last_access * {hash}) % 1.0)
 '''
 """The noise is a golden-ratio hash of the block's latest access time (whole seconds in Mooncake traces), so
 the blocks of one request share it and it does not follow recency; ties go to the least recent block."""
@@ -56,7 +57,7 @@ BLUR_WEIGHTS = (1.25, 2.0, 3.0, 5.0)
 
 
 def reused(trace: Trace, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per block access of the window: whether the block is used again in it, the request, the position."""
+    """Per block access of the window: whether the block is used again in it, its request, its position."""
     lo, hi = int(trace.offsets[start]), int(trace.offsets[stop])
     blocks = trace.blocks[lo:hi]
     _, last = np.unique(blocks[::-1], return_index=True)
@@ -67,17 +68,16 @@ def reused(trace: Trace, start: int, stop: int) -> tuple[np.ndarray, np.ndarray,
     return again, request, np.arange(blocks.size) - (trace.offsets[request] - lo)
 
 
-def blurred_auc(trace: Trace, start: int, stop: int, weight: float) -> float:
+def blurred_auc(trace: Trace, accesses: tuple[np.ndarray, ...], weight: float) -> float:
     """AUC of the blurred oracle's score for "used again in the window", over the window's block accesses."""
-    again, request, _ = reused(trace, start, stop)
-    return auc(again + weight * ((trace.timestamps_s[request] * 0.6180339887) % 1.0), again)
+    again, request, _ = accesses
+    return auc(again + weight * ((trace.timestamps_s[request] * NOISE_HASH) % 1.0), again)
 
 
-def visible_auc(trace: Trace, start: int, stop: int) -> dict[str, float]:
+def visible_auc(trace: Trace, accesses: tuple[np.ndarray, ...], turns: np.ndarray) -> dict[str, float]:
     """AUC for the same label of what a cache sees: the request's turns so far, then with its last block
     lowest (a next turn never reuses it) and every first block highest (every request passes it)."""
-    again, request, position = reused(trace, start, stop)
-    turns, _, _ = conversations(trace, stop)
+    again, request, position = accesses
     score = turns[request]
     last_lowest = np.where(position == np.diff(trace.offsets)[request] - 1, 0.0, score)
     first_highest = np.where(position == 0, np.inf, last_lowest)
@@ -118,12 +118,8 @@ def conversations(trace: Trace, stop: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 def auc(score: np.ndarray, positive: np.ndarray) -> float:
     """The chance that a random positive scores above a random negative (ties count half)."""
-    order = np.argsort(score, kind="stable")
-    ranks = np.empty(score.size)
-    ranks[order] = np.arange(1, score.size + 1)
-    for value in np.unique(score):  # tied scores share their mean rank
-        tied = score == value
-        ranks[tied] = ranks[tied].mean()
+    _, group, sizes = np.unique(score, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(sizes) - (sizes - 1) / 2)[group]  # tied scores share their mean rank
     n_pos, n_neg = positive.sum(), (~positive).sum()
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
@@ -139,10 +135,11 @@ def logistic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
-def predictability(trace: Trace, start: int, stop: int) -> dict[str, tuple[float, float]]:
+def predictability(
+    trace: Trace, start: int, stop: int, turns: np.ndarray, gaps: np.ndarray, followed: np.ndarray
+) -> dict[str, tuple[float, float]]:
     """AUC of each request feature for "a next turn follows", on the requests before `start` and in the
     window, and of a logistic regression on all of them fitted before `start` and scored on the window."""
-    turns, gaps, followed = conversations(trace, stop)
     n_blocks = np.diff(trace.offsets[: stop + 1]).astype(float)
     features = {
         "turns": turns,
@@ -172,7 +169,9 @@ def main() -> None:
     target = KVTarget()
     start, stop = (int(x) for x in args.requests.split(":"))
     trace = load_workload(args.trace)
-    blur_aucs = {weight: blurred_auc(trace, start, stop, weight) for weight in BLUR_WEIGHTS}
+    accesses = reused(trace, start, stop)
+    turns, gaps, followed = conversations(trace, stop)
+    blur_aucs = {weight: blurred_auc(trace, accesses, weight) for weight in BLUR_WEIGHTS}
     for capacity in args.capacities:
         instance = Instance(args.trace, {"capacity": capacity, "requests": [start, stop]})
         lru = target.evaluate(check(target.baselines()["lru"], target.signatures), instance, {})
@@ -191,12 +190,11 @@ def main() -> None:
         print(f"  1.5x s3fifo = hit rate {aim:.4f}: {(aim - low) / (high - low):.3f} of the gap")
         print("  returns (oracle) blurred by noise of weight w (AUC: how well it ranks 'used again'):")
         for weight, score in blur_aucs.items():
-            rate = _oracle_rate(instance, BLURRED.format(weight=weight))
+            rate = _oracle_rate(instance, BLURRED.format(weight=weight, hash=NOISE_HASH))
             print(f"    w {weight:<5} AUC {score:.3f}  hit rate {rate:.4f}  x s3fifo {rate / classic:.3f}")
     print(f"what a cache sees, ranking 'used again' over the block accesses of {start}:{stop} (AUC):")
-    for name, score in visible_auc(trace, start, stop).items():
+    for name, score in visible_auc(trace, accesses, turns).items():
         print(f"  {name:<26} {score:.3f}")
-    turns, _, followed = conversations(trace, stop)
     print(f"next turn of a request in {start}:{stop}, by its conversation's turns so far (4: four or more):")
     for k in range(1, 5):
         mask = np.minimum(turns[start:stop], 4) == k
@@ -205,7 +203,7 @@ def main() -> None:
     if start > 0:
         print("how well a request's features rank 'a next turn follows' (AUC; 0.5 is chance, 1 is exact):")
         print(f"  {'feature':<24} 0:{start}  {start}:{stop}")
-        for name, (head, window) in predictability(trace, start, stop).items():
+        for name, (head, window) in predictability(trace, start, stop, turns, gaps, followed).items():
             print(f"  {name:<24} {head:.3f}   {window:.3f}")
 
 
