@@ -482,7 +482,8 @@ def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
     metric = target.objective.metric
     table = Table(title=f"{metric}, held-out tail")
     table.add_column("policy")
-    for name in (f"head {holdout.head}", f"tail {holdout.tail}", "tail re-tuned"):
+    tail = f"tail {holdout.tail}" + (" warm" if holdout.warm else "")
+    for name in (f"head {holdout.head}", tail, "tail re-tuned"):
         table.add_column(name, justify="right")
     for row in holdout.rows:
         cells = (row.head, row.tail, row.tail_retuned)

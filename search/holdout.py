@@ -1,12 +1,14 @@
 """Holding out the tail of a workload: a run tunes and selects on the head, and is judged on the tail after.
 
 `--holdout 0.33` cuts the workload's requests in time order (inside the run's own `requests` window, if
-any): the run's options window the head, so the loop never sees the tail. After the search, the best
-candidate and every baseline are scored on the tail twice: with the constants tuned on the head (a
-forecast), and after re-tuning them on the whole tail (instance specialization, as Vulcan does: how well
-the program's form fits that traffic, not a forecast), starting from the head's constants so re-tuning can
-only keep or improve the tail's score. The scores are evaluations of the run (roles "tail" and
-"tail-retuned"), so the read model reports them from the store alone.
+any): the run's options window the head, so the loop never sees the tail. The tail is scored warm where
+the target can replay what came before it uncounted (kv: a cache in service does not empty itself at the
+cut, and an emptied one would lose the reuse that crosses it and every feature's history). After the
+search, the best candidate and every baseline are scored on the tail twice: with the constants tuned on
+the head (a forecast), and after re-tuning them on the whole tail (instance specialization, as Vulcan
+does: how well the program's form fits that traffic, not a forecast), starting from the head's constants
+so re-tuning can only keep or improve the tail's score. The scores are evaluations of the run (roles
+"tail" and "tail-retuned"), so the read model reports them from the store alone.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from .store import BASELINE, Candidate, Evaluation, Store
 
 WINDOW_OPTION = "requests"
 """The option (START:STOP over the workload's requests in time order) a windowed target declares."""
+WARM_OPTION = "warm"
+"""The option (true or false) with which a windowed target replays the requests before a window uncounted;
+where a target declares it, the tail is scored warm: it meets the state the head left, as in service."""
 TAIL = "tail"
 """Evaluation role: the tail scored with the constants tuned on the head."""
 TAIL_RETUNED = "tail-retuned"
@@ -43,13 +48,16 @@ class Split:
     """The run's window, START:STOP."""
     tail: str
     """The held-out window, START:STOP."""
+    warm: bool = False
+    """The tail is replayed after the requests before it (uncounted), not from an empty state."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Split:
-        return cls(float(data["share"]), str(data["head"]), str(data["tail"]))
+        """A stored split; one stored before `warm` existed was scored cold, and a resumed run keeps that."""
+        return cls(float(data["share"]), str(data["head"]), str(data["tail"]), bool(data.get("warm", False)))
 
 
 def check_share(value: Any) -> float:
@@ -76,13 +84,15 @@ def split(target: Target, workload: str, options: dict[str, Any], share: float) 
     cut = hi - round((hi - lo) * share)
     if not lo < cut < hi:
         raise UserError(f"--holdout {share:g} of {hi - lo} requests leaves the head or the tail empty")
-    return Split(share, f"{lo}:{cut}", f"{cut}:{hi}")
+    warm = WARM_OPTION in {o.name for o in target.options}
+    return Split(share, f"{lo}:{cut}", f"{cut}:{hi}", warm)
 
 
 def tail_scoring(target: Target, workload: str, options: dict[str, Any], cut: Split) -> tuple[Instance, ...]:
     """The target's instances that score the whole tail window (role "eval")."""
     try:
-        instances = target.instances(workload, {**options, WINDOW_OPTION: cut.tail})
+        warm = {WARM_OPTION: True} if cut.warm else {}
+        instances = target.instances(workload, {**options, WINDOW_OPTION: cut.tail, **warm})
         return tuple(i for i in instances if i.role == "eval")
     except (WorkloadError, OptionError) as exc:
         raise UserError(str(exc)) from None

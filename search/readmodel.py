@@ -22,7 +22,7 @@ from targets.base import Objective
 from verifiers.static import StaticError, check, render
 
 from .errors import UserError
-from .holdout import TAIL, TAIL_RETUNED
+from .holdout import TAIL, TAIL_RETUNED, Split
 from .store import BASELINE, Candidate, Evaluation, Event, Run, Store
 
 RAN = ("evaluated", "gated")
@@ -253,6 +253,8 @@ class HoldoutReport(_Record):
     head: str
     tail: str
     rows: list[HoldoutRow]
+    warm: bool = False
+    """The tail was replayed after the requests before it (uncounted), as in service, not from empty."""
 
 
 @dataclass(frozen=True)
@@ -458,7 +460,8 @@ class ReadModel:
             scores = [m.get(metric) for m in (head, tail, retuned)]
             out.append(HoldoutRow(name, kind, *scores, tail, retuned))
         out.sort(key=lambda r: ("found", "candidate", "builtin").index(r.kind))
-        return HoldoutReport(float(cut["share"]), str(cut["head"]), str(cut["tail"]), out)
+        split = Split.from_json(cut)
+        return HoldoutReport(split.share, split.head, split.tail, out, split.warm)
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""

@@ -4,7 +4,8 @@ Mechanism, as in vLLM automatic prefix caching and SGLang RadixAttention:
 - the cache holds at most `capacity` blocks; a block is cached only while its parent is (prefix-closed);
 - a request hits only on the contiguous cached prefix of its blocks;
 - the blocks of the request in flight are pinned; only unpinned leaves (no cached child) are evictable;
-- requests are replayed one after another in timestamp order.
+- requests are replayed one after another in timestamp order; the counters count from `counted_from`
+  on, so the requests before it warm the cache and every feature's history as they would in service.
 
 Scoring happens at eviction time (as in Redis or LHD, not when a block is inserted or hit as in GDSF):
 when a request needs room, every evictable leaf is scored with the policy at the request's arrival time,
@@ -75,7 +76,8 @@ once; the parent's features when a sibling's request passes the parent); a key r
 a block alike until the block is touched again."""
 
 COUNTERS = ("requests", "accesses", "hits", "tokens", "hit_tokens", "evictions", "uncached")
-"""Names of the entries of the counters array that `replay` returns, in order."""
+"""Names of the entries of the counters array that `replay` returns, in order (the recorded evictions are
+those counted)."""
 
 _NEVER_S = 1.0e6
 _NO_NEXT_USE = 1.0e12
@@ -386,7 +388,19 @@ def _q_remove(b, qid, nxt, prv, head, tail, size):
 
 
 def _replay(
-    f, params, policy, population, capacity, times, offsets, blocks, parent, depth, block_tokens, record
+    f,
+    params,
+    policy,
+    population,
+    capacity,
+    times,
+    offsets,
+    blocks,
+    parent,
+    depth,
+    block_tokens,
+    record,
+    counted_from,
 ):
     n_req = offsets.size - 1
     nb = parent.size
@@ -465,6 +479,7 @@ def _replay(
         population,
         capacity,
         record,
+        counted_from,
         (times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos),
         (S, cached, pinned, seen, nchild, leaves, leaf_pos),
         (X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked),
@@ -477,7 +492,9 @@ def _replay(
 
 
 @njit(cache=True, _nrt=False)
-def _requests(f, params, policy, population, capacity, record, trace, state, scratch, heap, queues, out):
+def _requests(
+    f, params, policy, population, capacity, record, counted_from, trace, state, scratch, heap, queues, out
+):
     """The requests in turn, over the arrays _replay made; compiled without reference counting, which inlined
     helpers taking arrays would otherwise pay for with atomic increments at every eviction (a quarter of a
     replay), and safe as it allocates nothing."""
@@ -502,6 +519,9 @@ def _requests(f, params, policy, population, capacity, record, trace, state, scr
     n_leaves, used, seq, pn, n_dirty, hand, has_evicted = 0, 0, 0, 0, 0, -1, False
 
     for r in range(n_req):
+        if r == counted_from:  # the requests before it only warmed the cache: nothing of theirs is counted
+            for c in range(counters.size):
+                counters[c] = 0
         now = times[r]
         a0 = offsets[r]
         n = offsets[r + 1] - a0
@@ -844,6 +864,7 @@ _SIGNATURE = types.Tuple((_I64, _I64, _I64, _I64))(
     _I64,
     _I64,
     types.boolean,
+    types.int64,
 )
 
 

@@ -90,11 +90,18 @@ OPTIONS = (
         high=1.0,
     ),
     Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
+    Option(
+        "warm",
+        "bool",
+        False,
+        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
+        "every feature's history, as a cache in service would, not empty",
+    ),
 )
 BEHAVIOUR_DECISIONS = 24
 BEHAVIOUR_BLOCKS = 16
 """The behaviour sample: 24 evictions, each ranking 16 evictable blocks (384 block states in all)."""
-_CARRIED = ("profile", "block_tokens")
+_CARRIED = ("profile", "block_tokens", "warm")
 """Options every job's instance carries (capacity aside): they change what a job measures."""
 
 
@@ -138,6 +145,7 @@ class KVTarget:
         cut = lo + max(1, int((hi - lo) * train_share))
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
         name = f"{Path(workload).name}@{capacity}" + (f"[{lo}:{hi}]" if window else "")
+        name += " warm" if window and config.get("warm") else ""
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
         scored = {**carried, "requests": [lo, hi]} if window else carried
         plain = [
@@ -200,11 +208,19 @@ class KVTarget:
     def _metrics(
         self, instance: Instance, key: Any, params: np.ndarray, policy: int, population: int = ALL_POPULATION
     ) -> dict[str, float]:
-        trace, capacity = instance_trace(instance), int(instance.config["capacity"])
+        (replayed, counted), capacity = replayed_trace(instance), int(instance.config["capacity"])
         engine = instance.config.get("engine")
         counters, hits, evicted_req, evicted_block = replay_trace(
-            trace, capacity, key, params, policy, record=bool(engine), population=population
+            replayed,
+            capacity,
+            key,
+            params,
+            policy,
+            record=bool(engine),
+            population=population,
+            counted_from=counted,
         )
+        trace, hits, evicted_req = instance_trace(instance), hits[counted:], evicted_req - counted
         metrics = rates(dict(zip(COUNTERS, (int(c) for c in counters), strict=True)))
         lru, belady = _reference_rates(instance)
         room = belady - lru
@@ -219,8 +235,9 @@ class KVTarget:
 
 def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, int]:
     """Run the compiled mechanism on an instance and return its counters by name."""
+    trace, counted = replayed_trace(instance)
     counters, _, _, _ = replay_trace(
-        instance_trace(instance), int(instance.config["capacity"]), key, params, policy
+        trace, int(instance.config["capacity"]), key, params, policy, counted_from=counted
     )
     return dict(zip(COUNTERS, (int(c) for c in counters), strict=True))
 
@@ -233,13 +250,15 @@ def replay_trace(
     policy: int,
     record: bool = False,
     population: int = ALL_POPULATION,
+    counted_from: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The compiled mechanism over a trace: counters, hits per request, and with `record` every eviction.
 
     `population` (POP_HITS, POP_AGE bits) names the population statistics the key reads; others stay 0.
+    The counters and recorded evictions start at request `counted_from`; the requests before only warm up.
     """
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    return compiled_replay()(key, params, policy, population, capacity, *arrays, record)
+    return compiled_replay()(key, params, policy, population, capacity, *arrays, record, counted_from)
 
 
 def rates(counts: Mapping[str, int]) -> dict[str, float]:
@@ -260,6 +279,20 @@ def instance_trace(instance: Instance) -> Trace:
     bounds = (int(window[0]), int(window[1])) if window else None
     flat, scaled = bool(instance.config.get("flat")), int(instance.config.get("block_tokens", 0))
     return _shaped(load_workload(instance.workload), bounds, flat, scaled)
+
+
+def replayed_trace(instance: Instance) -> tuple[Trace, int]:
+    """What a replay of the instance runs and the request it counts from: its own trace, or with `warm` the
+    workload from its first request to the window's end, counted from the window's start."""
+    window = instance.config.get("requests")
+    if not (window and instance.config.get("warm")):
+        return instance_trace(instance), 0
+    flat, scaled = bool(instance.config.get("flat")), int(instance.config.get("block_tokens", 0))
+    whole = (0, int(window[1]))
+    start = int(window[0])
+    if flat:  # a flat stream's requests are single accesses
+        start = int(_shaped(load_workload(instance.workload), whole, False, scaled).offsets[start])
+    return _shaped(load_workload(instance.workload), whole, flat, scaled), start
 
 
 @functools.lru_cache(maxsize=8)
@@ -394,9 +427,9 @@ def _belady_key() -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _reference_rates_cached(
-    workload: str, capacity: int, window: tuple[int, int] | None, flat: bool
+    workload: str, capacity: int, window: tuple[int, int] | None, flat: bool, warm: bool
 ) -> tuple[float, float]:
-    config: dict[str, Any] = {"capacity": capacity, "flat": flat}
+    config: dict[str, Any] = {"capacity": capacity, "flat": flat, "warm": warm}
     if window:
         config["requests"] = list(window)
     instance = Instance(workload=workload, config=config)
@@ -414,4 +447,5 @@ def _reference_rates(instance: Instance) -> tuple[float, float]:
     window = instance.config.get("requests")
     key = (int(window[0]), int(window[1])) if window else None
     capacity = int(instance.config["capacity"])
-    return _reference_rates_cached(instance.workload, capacity, key, bool(instance.config.get("flat")))
+    flat, warm = bool(instance.config.get("flat")), bool(instance.config.get("warm"))
+    return _reference_rates_cached(instance.workload, capacity, key, flat, warm)

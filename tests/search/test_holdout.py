@@ -14,7 +14,7 @@ import targets
 from sandbox.job import Job, Result
 from search.cli import main
 from search.errors import UserError
-from search.holdout import TAIL_RETUNED
+from search.holdout import TAIL_RETUNED, Split
 from search.proposers.evolve import EvolveProposer
 from search.readmodel import ReadModel
 from search.service import RunService, prepare
@@ -58,7 +58,7 @@ def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
 ) -> None:
     runs, run_id, sandbox = held_out
     config = runs.read.run(run_id).config
-    assert config["holdout"] == {"share": 0.33, "head": "0:80", "tail": "80:120"}
+    assert config["holdout"] == {"share": 0.33, "head": "0:80", "tail": "80:120", "warm": False}
     assert config["options"]["requests"] == "0:80"
     first_tail = next(i for i, (_, (start, _)) in enumerate(sandbox.windows) if start >= 80)
     search_jobs, tail_jobs = sandbox.windows[:first_tail], sandbox.windows[first_tail:]
@@ -150,18 +150,32 @@ def test_a_run_stopped_by_its_time_budget_is_scored_on_the_tail_too(tmp_path: Pa
     assert scored == {*target.baselines(), *target.builtin_baselines()}
 
 
-def test_a_kv_search_holds_out_its_tail_and_measures_the_gap_on_the_tail_itself(tmp_path: Path) -> None:
+def test_a_kv_search_scores_its_tail_warm_and_measures_the_gap_on_the_tail_itself(tmp_path: Path) -> None:
     runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'kv'}.db")))
     config = prepare("kv", "gen:chat:1", {"capacity": 300}, budget=1, trials=2, workers=1, holdout=0.25)
-    n = targets.load("kv").requests("gen:chat:1")  # type: ignore[attr-defined]
+    target = targets.load("kv")
+    n = target.requests("gen:chat:1")  # type: ignore[attr-defined]
     cut = n - round(n * 0.25)
-    assert config.holdout == {"share": 0.25, "head": f"0:{cut}", "tail": f"{cut}:{n}"}
+    assert config.holdout == {"share": 0.25, "head": f"0:{cut}", "tail": f"{cut}:{n}", "warm": True}
     info = runs.record(config)
     runs.execute(info.run_id, InProcess(), EvolveProposer())
     holdout = ReadModel(runs.store).holdout(info.run_id)
-    assert holdout is not None
+    assert holdout is not None and holdout.warm
     rows = {row.name: row for row in holdout.rows}
     # LRU and Belady bound the gap on the tail's own requests: 0 and 1 of it there, as on the head.
     assert rows["lru"].tail_metrics["gap_closed"] == pytest.approx(0.0)
     assert rows["belady"].tail_metrics["gap_closed"] == pytest.approx(1.0)
     assert rows["lru"].tail != rows["lru"].head
+    # The tail met the cache the head left: S3-FIFO's figure is its warm score there, not its cold one.
+    window = {"capacity": 300, "requests": f"{cut}:{n}"}
+    warm, cold = (
+        next(i for i in target.instances("gen:chat:1", {**window, "warm": w}) if i.role == "eval")
+        for w in (True, False)
+    )
+    assert rows["s3fifo"].tail == target.evaluate_builtin("s3fifo", warm)["block_hit_rate"]
+    assert rows["s3fifo"].tail != target.evaluate_builtin("s3fifo", cold)["block_hit_rate"]
+
+
+def test_a_split_stored_before_warm_tails_reads_back_cold() -> None:
+    """A run recorded before tails were scored warm resumes as it began: its tail stays cold."""
+    assert Split.from_json({"share": 0.25, "head": "0:30", "tail": "30:40"}).warm is False

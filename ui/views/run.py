@@ -191,9 +191,10 @@ def proposers_tab(run: RunInfo) -> None:
 
 
 def holdout_tab(report: HoldoutReport) -> None:
+    warm = ", and meet the state the head left (it is replayed before them, uncounted)" if report.warm else ""
     st.caption(
         f"Tuned and selected on requests {report.head}; requests {report.tail}"
-        f" (the last {report.share:.0%}) were never seen by the search."
+        f" (the last {report.share:.0%}) were never seen by the search{warm}."
         " Re-tuned: the constants tuned again on the tail (built-in baselines have none)."
     )
     if not report.rows:
