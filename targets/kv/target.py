@@ -93,7 +93,7 @@ OPTIONS = (
     Option(
         "warm",
         "bool",
-        False,
+        None,
         "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
         "every feature's history, as a cache in service would, not empty",
     ),
@@ -101,7 +101,7 @@ OPTIONS = (
 BEHAVIOUR_DECISIONS = 24
 BEHAVIOUR_BLOCKS = 16
 """The behaviour sample: 24 evictions, each ranking 16 evictable blocks (384 block states in all)."""
-_CARRIED = ("profile", "block_tokens", "warm")
+_CARRIED = ("profile", "block_tokens")
 """Options every job's instance carries (capacity aside): they change what a job measures."""
 
 
@@ -147,6 +147,7 @@ class KVTarget:
         name = f"{Path(workload).name}@{capacity}" + (f"[{lo}:{hi}]" if window else "")
         name += " warm" if window and config.get("warm") else ""
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
+        carried |= {"warm": True} if window and config.get("warm") else {}  # unset and false are one replay
         scored = {**carried, "requests": [lo, hi]} if window else carried
         plain = [
             Instance(workload, {**carried, "requests": [lo, cut]}, f"{name}[:{cut - lo}]", role="train"),
