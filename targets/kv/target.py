@@ -144,10 +144,12 @@ class KVTarget:
         lo, hi = request_window(window, n) if isinstance(window, str) else (0, n)
         cut = lo + max(1, int((hi - lo) * train_share))
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
-        name = f"{Path(workload).name}@{capacity}" + (f"[{lo}:{hi}]" if window else "")
-        name += " warm" if window and config.get("warm") else ""
+        warm = bool(window and config.get("warm"))  # unset, false and warm without a window: one replay
+        name = f"{Path(workload).name}@{capacity}" + (
+            f"[{lo}:{hi}]{' warm' if warm else ''}" if window else ""
+        )
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
-        carried |= {"warm": True} if window and config.get("warm") else {}  # unset and false are one replay
+        carried |= {"warm": True} if warm else {}
         scored = {**carried, "requests": [lo, hi]} if window else carried
         plain = [
             Instance(workload, {**carried, "requests": [lo, cut]}, f"{name}[:{cut - lo}]", role="train"),
@@ -289,11 +291,10 @@ def replayed_trace(instance: Instance) -> tuple[Trace, int]:
     if not (window and instance.config.get("warm")):
         return instance_trace(instance), 0
     flat, scaled = bool(instance.config.get("flat")), int(instance.config.get("block_tokens", 0))
-    whole = (0, int(window[1]))
-    start = int(window[0])
+    trace, whole, start = load_workload(instance.workload), (0, int(window[1])), int(window[0])
     if flat:  # a flat stream's requests are single accesses
-        start = int(_shaped(load_workload(instance.workload), whole, False, scaled).offsets[start])
-    return _shaped(load_workload(instance.workload), whole, flat, scaled), start
+        start = int(_shaped(trace, whole, False, scaled).offsets[start])
+    return _shaped(trace, whole, flat, scaled), start
 
 
 @functools.lru_cache(maxsize=8)
