@@ -24,9 +24,10 @@ import numpy as np
 import targets
 from sandbox.job import Job, Result, Tuning
 from sandbox.process import ProcessSandbox
+from search.errors import UserError
 from search.holdout import WINDOW_OPTION, Split, tail_scoring
 from search.readmodel import ReadModel
-from search.store import Store, open_engine
+from search.store import Store, StoreError, open_engine
 from verifiers.static import check, render
 
 ORACLES = frozenset({"belady"})
@@ -70,8 +71,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    read = ReadModel(Store(open_engine(args.db, create=False)))
-    info = read.run(args.run)
+    try:
+        read = ReadModel(Store(open_engine(args.db, create=False)))
+        info = read.run(args.run)
+    except (StoreError, UserError) as exc:
+        raise SystemExit(str(exc)) from None
     report = read.report(info.run_id).holdout
     if report is None:
         raise SystemExit(f"run {info.run_id} holds out no tail (search with --holdout)")
