@@ -188,7 +188,8 @@ def shipped_counts() -> dict[str, tuple[int, int]]:
 def test_every_baseline_keeps_its_hits_and_evictions_on_the_shipped_head(
     shipped_counts: dict[str, tuple[int, int]],
 ) -> None:
-    assert shipped_counts == _SHIPPED_COUNTS
+    # perfect_lfu came after: the baselines measured before keep their counts
+    assert {name: shipped_counts[name] for name in _SHIPPED_COUNTS} == _SHIPPED_COUNTS
 
 
 _TARGET = KVTarget()
