@@ -27,7 +27,7 @@ from sandbox.process import ProcessSandbox
 from search.errors import UserError
 from search.holdout import WINDOW_OPTION, Split, tail_scoring
 from search.readmodel import ReadModel
-from search.store import Store, StoreError, open_engine
+from search.store import BASELINE, Store, StoreError, open_engine
 from verifiers.static import check, render
 
 ORACLES = frozenset({"belady"})
@@ -100,7 +100,7 @@ def main() -> None:
 
     sandbox = ProcessSandbox()
     rows = [r for r in store.candidates(info.run_id) if r.status == "evaluated" and r.score is not None]
-    rows = [r for r in rows if r.proposer != "baseline"]
+    rows = [r for r in rows if r.proposer != BASELINE]
     jobs = [Job(target.name, r.source, tail, params=json.loads(r.params or "{}")) for r in rows]
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         tail_metrics = [metrics_of(res)[0] for res in pool.map(sandbox.run, jobs)]
