@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +24,14 @@ import targets
 from sandbox.job import Job, Result, Tuning
 from sandbox.process import ProcessSandbox
 from search.errors import UserError
-from search.holdout import WINDOW_OPTION, Split, tail_scoring
+from search.evaluation import read_program
+from search.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
 from search.readmodel import ReadModel
 from search.store import BASELINE, Store, StoreError, open_engine
-from verifiers.static import check, render
 
-ORACLES = frozenset({"belady"})
-"""Baselines that read the future: not what a found policy is measured against."""
+ORACLES = frozenset({"belady", "srpt"})
+"""Baselines that read the future (kv's Belady, batching's SRPT on true output lengths): not what a found
+policy is measured against."""
 
 
 def ranks(values: np.ndarray) -> np.ndarray:
@@ -84,6 +84,10 @@ def main() -> None:
     assert run is not None
     config = json.loads(run.config)
     target = targets.load(run.target)
+    try:  # every file checked before anything runs: one line for a file outside the allowed subset
+        sources = {file: read_program(target, Path(file)).source for file in args.files}
+    except UserError as exc:
+        raise SystemExit(str(exc)) from None
     metric, sign = target.objective.metric, (1.0 if target.objective.direction == "maximize" else -1.0)
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
     cut = Split.from_json(config["holdout"])
@@ -121,15 +125,11 @@ def main() -> None:
         shown = ", ".join(f"#{rows[i].id} {rows[i].score:.4f}/{tails[i]:.4f}" for i in order[: args.top])
         print(f"top {args.top} {title} (head/tail): {shown}")
 
-    for file in args.files:
-        source = Path(file).read_text()
-        program = check(source, target.signatures)
+    for file, source in sources.items():
         tuned = sandbox.run(Job(target.name, source, (*head, *tail), tuning=Tuning(args.trials, seed=0)))
         on_head, on_tail = metrics_of(tuned)
-        fitting = tuple(replace(i, role="train") for i in tail)
-        start = render(program, tuned.params)
-        retune = Tuning(args.trials, seed=1)
-        refit = metrics_of(sandbox.run(Job(target.name, start, (*fitting, *tail), tuning=retune)))[0]
+        retune = retune_job(target, source, tuned.params, tail, Tuning(args.trials, seed=1))
+        refit = metrics_of(sandbox.run(retune))[0]
         retuned = refit if sign * refit[metric] >= sign * on_tail[metric] else on_tail
         print(
             f"{file}: head {on_head[metric]:.4f} ({on_head[metric] / best_head:.3f}x),"

@@ -98,6 +98,20 @@ def tail_scoring(target: Target, workload: str, options: dict[str, Any], cut: Sp
         raise UserError(str(exc)) from None
 
 
+def retune_job(
+    target: Target,
+    source: str,
+    params: dict[str, float],
+    scoring: tuple[Instance, ...],
+    tuning: Tuning,
+    limits: Limits | None = None,
+) -> Job:
+    """A job that fits the constants on the very instances it scores (the tail), starting from `params`."""
+    fitting = tuple(replace(i, role="train") for i in scoring)
+    start = render(check(source, target.signatures), params)  # the first trial: the values given
+    return Job(target.name, start, fitting + scoring, tuning=tuning, limits=limits or Limits())
+
+
 @dataclass(frozen=True)
 class _Subject:
     """One policy the tail report scores: a candidate row of the run, or a built-in baseline by name."""
@@ -125,7 +139,6 @@ def measure_tail(
     target = targets.load(run.target)
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
     scoring = tail_scoring(target, config["workload"], options, cut)
-    fitting = tuple(replace(i, role="train") for i in scoring)  # re-tuning fits the instance it is scored on
     done = {(e.candidate_id, e.policy) for e in store.evaluations(run_id) if e.role in (TAIL, TAIL_RETUNED)}
     rows = [r for r in store.candidates(run_id) if r.status == "evaluated"]
     subjects = [_Subject(r) for r in rows if r.proposer == BASELINE or r.id == best_id]
@@ -140,9 +153,7 @@ def measure_tail(
         params = json.loads(s.row.params or "{}")
         jobs.append((s, TAIL, Job(target.name, s.row.source, scoring, params=params, limits=limits)))
         retune = Tuning(trials=trials, seed=(seed * 100_003 + s.row.seq) % 2**32)  # baselines' seqs are < 0
-        start = render(check(s.row.source, target.signatures), params)  # the first trial: the head's values
-        retuned = Job(target.name, start, fitting + scoring, tuning=retune, limits=limits)
-        jobs.append((s, TAIL_RETUNED, retuned))
+        jobs.append((s, TAIL_RETUNED, retune_job(target, s.row.source, params, scoring, retune, limits)))
     results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
     for (s, role, _), result in zip(jobs, results, strict=True):
         name = s.builtin if s.row is None else s.row.name or f"#{s.row.id}"
