@@ -29,10 +29,6 @@ from search.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
 from search.readmodel import ReadModel
 from search.store import BASELINE, Store, StoreError, open_engine
 
-ORACLES = frozenset({"belady", "srpt"})
-"""Baselines that read the future (kv's Belady, batching's SRPT on true output lengths): not what a found
-policy is measured against."""
-
 
 def ranks(values: np.ndarray) -> np.ndarray:
     """Ranks from 1 (smallest), ties sharing their mean rank, as Spearman's coefficient wants."""
@@ -93,7 +89,7 @@ def main() -> None:
     cut = Split.from_json(config["holdout"])
     head = target.instances(config["workload"], {**options, WINDOW_OPTION: cut.head})
     tail = tail_scoring(target, config["workload"], options, cut)
-    classic = [r for r in report.rows if r.kind != "found" and r.name not in ORACLES]
+    classic = [r for r in report.rows if r.kind != "found" and not r.oracle]
     best_head = max(sign * r.head for r in classic if r.head is not None) * sign
     best_tail = max(sign * r.tail for r in classic if r.tail is not None) * sign
     print(f"run {info.run_id}: {target.name} on {Path(config['workload']).name}, {json.dumps(options)}")

@@ -468,13 +468,20 @@ def _print_result(report: RunReport, target: Target) -> None:
 
 
 def _ratios(report: RunReport, target: Target) -> str:
-    """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out)."""
+    """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out), the
+    oracles apart: they are the bound, not baselines to beat."""
     assert report.best is not None and report.best.score is not None
     metric, found = target.objective.metric, report.best.score
-    scores = sorted(((b.score, b.name) for b in report.baselines if b.score), reverse=True)
-    ratios = ", ".join(f"{name} {found / score:.3f}x" for score, name in scores)
+
+    def ratios(oracle: bool) -> str:
+        kept = [b for b in report.baselines if b.score and b.oracle == oracle]
+        scores = sorted(((b.score, b.name) for b in kept), reverse=True)
+        return ", ".join(f"{name} {found / score:.3f}x" for score, name in scores)
+
     found_name = f"found #{report.best.candidate_id}"
-    return f"{metric} ({target.objective.direction}) of {found_name} against each baseline: {ratios}"
+    line = f"{metric} ({target.objective.direction}) of {found_name} against each baseline: {ratios(False)}"
+    bound = ratios(True)
+    return f"{line}; against the oracle: {bound}" if bound else line
 
 
 def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
@@ -483,11 +490,14 @@ def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
     table = Table(title=f"{metric}, held-out tail")
     table.add_column("policy")
     tail = f"tail {holdout.tail}" + (" warm" if holdout.warm else "")
-    for name in (f"head {holdout.head}", tail, "tail re-tuned"):
+    for name in (f"head {holdout.head}", tail, "tail re-tuned", "found / this, tail"):
         table.add_column(name, justify="right")
+    found = holdout.found_tail()
     for row in holdout.rows:
         cells = (row.head, row.tail, row.tail_retuned)
-        table.add_row(row.name, *("-" if c is None else f"{c:.4f}" for c in cells))
+        ratio = f"{found / row.tail:.3f}" if found is not None and row.tail else "-"
+        name = f"{row.name} (oracle)" if row.oracle else row.name
+        table.add_row(name, *("-" if c is None else f"{c:.4f}" for c in cells), ratio)
     return table
 
 
@@ -767,6 +777,7 @@ def _targets(args: argparse.Namespace) -> None:
         f"metrics shown: {', '.join(data['metrics'])}",
         f"baselines: {', '.join(data['baselines'])}",
         f"built-in baselines: {', '.join(data['builtin_baselines']) or 'none'}",
+        f"oracles (read the future; a bound, not a baseline to beat): {', '.join(data['oracles']) or 'none'}",
     )
 
 
@@ -799,6 +810,7 @@ def _target_json(target: Target) -> dict[str, Any]:
         },
         "baselines": list(target.baselines()),
         "builtin_baselines": list(target.builtin_baselines()),
+        "oracles": list(target.oracles()),
         "commands": [c.name for c in target.commands()],
     }
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import targets
-from targets.base import Objective
+from targets.base import Objective, Target
 from verifiers.static import StaticError, check, render
 
 from .errors import UserError
@@ -73,6 +73,9 @@ class RunInfo(_Record):
     direction: str
     best: CandidateRef | None
     best_baseline: BaselineRef | None
+    """The best baseline a policy could be: the target's oracles (they read the future) are left out."""
+    oracle: BaselineRef | None
+    """The best oracle: the bound, not a baseline to beat (None for a target without one)."""
     tokens: int
     cost_usd: float
 
@@ -143,6 +146,8 @@ class BaselineInfo(_Record):
     metrics: dict[str, float]
     """Each metric averaged over the eval instances."""
     score: float | None
+    oracle: bool = False
+    """A built-in that reads the future (kv's Belady, batching's SRPT): a bound, not a policy to beat."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,8 @@ class HoldoutRow(_Record):
     tail_retuned: float | None
     tail_metrics: dict[str, float]
     tail_retuned_metrics: dict[str, float]
+    oracle: bool = False
+    """A built-in that reads the future: the tail's bound, not a policy to beat."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +262,10 @@ class HoldoutReport(_Record):
     rows: list[HoldoutRow]
     warm: bool = False
     """The tail was replayed after the requests before it (uncounted), as in service, not from empty."""
+
+    def found_tail(self) -> float | None:
+        """The found policy's objective on the tail as tuned on the head (None until it is scored)."""
+        return next((r.tail for r in self.rows if r.kind == "found"), None)
 
 
 @dataclass(frozen=True)
@@ -321,7 +332,8 @@ class ReadModel:
 
     def baselines(self, run_id: str) -> list[BaselineInfo]:
         run = self._run(run_id)
-        metric = _objective(run).metric
+        target = _target(run)
+        metric, oracles = target.objective.metric, target.oracles()
         names = {row.id: row.name for row in self.store.candidates(run.id) if row.proposer == BASELINE}
         found: dict[tuple[str, str], list[EvaluationInfo]] = {}
         for e in self.store.evaluations(run.id):
@@ -332,7 +344,8 @@ class ReadModel:
         out = []
         for (name, kind), evaluations in found.items():
             metrics = mean_metrics([e.metrics for e in evaluations if e.role == "eval"])
-            out.append(BaselineInfo(name, kind, evaluations, metrics, metrics.get(metric)))
+            oracle = kind == "builtin" and name in oracles
+            out.append(BaselineInfo(name, kind, evaluations, metrics, metrics.get(metric), oracle))
         return out
 
     def events(self, run_id: str) -> list[EventInfo]:
@@ -442,7 +455,8 @@ class ReadModel:
         cut = json.loads(run.config).get("holdout")
         if not cut:
             return None
-        metric = _objective(run).metric
+        target = _target(run)
+        metric, oracles = target.objective.metric, target.oracles()
         rows = {r.id: r for r in self.store.candidates(run.id)}
         found: dict[tuple[int | None, str], dict[str, list[dict[str, float]]]] = {}
         for e in self.store.evaluations(run.id):
@@ -458,7 +472,7 @@ class ReadModel:
             name = policy if row is None else row.name if kind == "candidate" else f"found #{row.id}"
             head, tail, retuned = (mean_metrics(roles.get(r, [])) for r in ("eval", TAIL, TAIL_RETUNED))
             scores = [m.get(metric) for m in (head, tail, retuned)]
-            out.append(HoldoutRow(name, kind, *scores, tail, retuned))
+            out.append(HoldoutRow(name, kind, *scores, tail, retuned, kind == "builtin" and name in oracles))
         out.sort(key=lambda r: ("found", "candidate", "builtin").index(r.kind))
         split = Split.from_json(cut)
         return HoldoutReport(split.share, split.head, split.tail, out, split.warm)
@@ -502,10 +516,8 @@ class ReadModel:
             top = max(scored, key=lambda r: r.score if objective.direction == "maximize" else -r.score)  # type: ignore[operator]
             best = CandidateRef(top.id, top.seq, top.score)  # type: ignore[arg-type]
         baselines = [b for b in self.baselines(run.id) if b.score is not None]
-        best_baseline = None
-        if baselines:
-            top_b = max(baselines, key=lambda b: b.score if objective.direction == "maximize" else -b.score)  # type: ignore[operator]
-            best_baseline = BaselineRef(top_b.name, top_b.score)
+        best_baseline = _best_of([b for b in baselines if not b.oracle], objective)
+        oracle = _best_of([b for b in baselines if b.oracle], objective)
         status = run_status(run)
         tokens, cost = self.store.spend(run.id)
         return RunInfo(
@@ -526,6 +538,7 @@ class ReadModel:
             direction=objective.direction,
             best=best,
             best_baseline=best_baseline,
+            oracle=oracle,
             tokens=tokens,
             cost_usd=cost,
         )
@@ -566,11 +579,23 @@ def mean_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
     return {k: sum(m[k] for m in metrics) / len(metrics) for k in sorted(keys)}
 
 
-def _objective(run: Run) -> Objective:
+def _target(run: Run) -> Target:
     try:
-        return targets.load(run.target).objective
+        return targets.load(run.target)
     except KeyError as exc:
         raise UserError(f"run {run.id}: {exc.args[0]}") from None
+
+
+def _objective(run: Run) -> Objective:
+    return _target(run).objective
+
+
+def _best_of(baselines: Sequence[BaselineInfo], objective: Objective) -> BaselineRef | None:
+    """The baseline with the best score (each has one), by the objective's direction."""
+    if not baselines:
+        return None
+    top = max(baselines, key=lambda b: b.score if objective.direction == "maximize" else -b.score)  # type: ignore[operator]
+    return BaselineRef(top.name, top.score)
 
 
 def _by_candidate(evaluations: Sequence[Evaluation]) -> dict[int, list[Evaluation]]:

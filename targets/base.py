@@ -372,6 +372,11 @@ class Target(Protocol):
         """Baselines that are mechanism variants rather than candidates (e.g. an offline optimum)."""
         ...
 
+    def oracles(self) -> tuple[str, ...]:
+        """The built-in baselines that read the future (an offline optimum): a bound reports measure against,
+        never the best baseline a found policy is said to beat."""
+        ...
+
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         """Run the mechanism with the candidate's policy; metrics include the objective."""
         ...

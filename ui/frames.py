@@ -77,12 +77,12 @@ def budget_frame(budget: Budget) -> pd.DataFrame:
 def holdout_frame(report: HoldoutReport) -> pd.DataFrame:
     """Each policy on the head it was selected on and on the held-out tail, and the found policy's tail score
     as a multiple of each one's: how far its lead carries to traffic the search never saw."""
-    found = next((r.tail for r in report.rows if r.kind == "found"), None)
+    found = report.found_tail()
     return pd.DataFrame(
         [
             {
                 "policy": r.name,
-                "kind": r.kind,
+                "kind": "oracle" if r.oracle else r.kind,
                 f"head {report.head}": r.head,
                 f"tail {report.tail}": r.tail,
                 "tail re-tuned": r.tail_retuned,

@@ -98,6 +98,8 @@ class ChampionResult:
     """Relative to the repository's root (as the patch names it)."""
     objective: str
     direction: str
+    oracles: list[str]
+    """The target's baselines that read the future: never the best baseline a report names."""
     properties: list[dict[str, Any]]
     refuted: list[str]
     workloads: list[WorkloadResult]
@@ -198,6 +200,7 @@ def check_champion(ctx: Context, champion: Champion) -> ChampionResult:
         file=_relative(ctx, champion.file),
         objective=target.objective.metric,
         direction=target.objective.direction,
+        oracles=list(target.oracles()),
         properties=[
             {"property": o.property, "severity": o.severity, "verdict": o.verdict, "message": o.message}
             for o in outcomes

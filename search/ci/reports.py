@@ -67,7 +67,7 @@ def markdown(report: CIReport) -> str:
         ]
         for w in c.workloads:
             previous = "-" if w.previous is None else f"{w.previous:.4f}"
-            best_name = _best(w.baselines, c.direction)
+            best_name = _best({n: s for n, s in w.baselines.items() if n not in c.oracles}, c.direction)
             baseline = f"{best_name} {w.baselines[best_name]:.4f}" if best_name else "-"
             found = searched.get(w.workload)
             best = "held out" if w.held_out else "-"

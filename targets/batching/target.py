@@ -193,6 +193,9 @@ class BatchingTarget:
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("srpt",)
 
+    def oracles(self) -> tuple[str, ...]:
+        return ("srpt",)  # it reads each request's true output length
+
     def validation(self) -> Validation:
         from .validation import VALIDATION  # it builds instances with this module's readers
 

@@ -108,6 +108,9 @@ class DiTTarget:
     def builtin_baselines(self) -> tuple[str, ...]:
         return ()
 
+    def oracles(self) -> tuple[str, ...]:
+        return ()
+
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         return run(instance, _compiled(program.source), param_vector(program, params))
 

@@ -190,6 +190,9 @@ class KVTarget:
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("s3fifo", "sieve", "belady")
 
+    def oracles(self) -> tuple[str, ...]:
+        return ("belady",)
+
     def validation(self) -> Validation:
         from .validation import VALIDATION  # it builds instances with this module's readers
 

@@ -84,12 +84,32 @@ def test_the_tail_never_reaches_the_search_and_every_policy_is_scored_on_it(
             assert row.tail_retuned >= row.tail
     found = rows[f"found #{report.best.candidate_id}"]  # type: ignore[union-attr]
     assert found.head == report.best.score  # type: ignore[union-attr]
+    assert {name for name, row in rows.items() if row.oracle} == set(target.oracles()) == {"srpt"}
 
     # The tail figure is the policy's own score on requests 80:120, as evaluating it there directly gives.
     fcfs = check(target.baselines()["fcfs"], target.signatures)
     tail = [i for i in target.instances(config["workload"], {"requests": "80:120"}) if i.role == "eval"]
     assert rows["fcfs"].tail == target.evaluate(fcfs, tail[0], fcfs.defaults())["slo_attainment"]
     assert report.to_json()["holdout"]["tail"] == "80:120"
+
+
+def test_runs_show_marks_the_oracle_and_gives_the_found_tail_as_a_multiple_of_each(
+    held_out: tuple[RunService, str, Recording], capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs, run_id, _ = held_out
+    holdout = ReadModel(runs.store).holdout(run_id)
+    assert holdout is not None and (found := holdout.found_tail()) is not None
+    main(["runs", "show", run_id, "--db", str(runs.store.engine.url)])
+    shown = capsys.readouterr().out
+    table = shown.split("held-out tail", 1)[1]
+    assert "found / this, tail" in table
+    for row in holdout.rows:
+        (line,) = [x for x in table.splitlines() if x.startswith(f"│ {row.name} ")]
+        assert (" (oracle) " in line) == (row.name == "srpt")
+        assert line.rstrip(" │").endswith(f"{found / row.tail:.3f}")  # type: ignore[operator]
+    ratios = next(x for x in shown.splitlines() if "against each baseline" in x)
+    policies, oracle = ratios.split("; against the oracle: ")
+    assert "srpt" not in policies and oracle.startswith("srpt ")
 
 
 def test_re_tuning_on_the_tail_starts_from_the_constants_tuned_on_the_head(

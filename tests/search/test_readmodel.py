@@ -62,8 +62,12 @@ def test_a_run_answers_status_progress_best_against_the_best_baseline_and_cost(
     assert info.best is not None and info.best.score == max(c.score for c in scored)  # type: ignore[type-var]
     baselines = read.baselines(run_id)
     assert {b.kind for b in baselines} == {"candidate", "builtin"}
-    assert info.best_baseline is not None
-    assert info.best_baseline.score == max(b.score for b in baselines if b.score is not None)
+    assert {b.name for b in baselines if b.oracle} == {"belady"}
+    policies = [b for b in baselines if not b.oracle and b.score is not None]
+    assert info.best_baseline is not None and info.best_baseline.name != "belady"  # a bound, not a baseline
+    assert info.best_baseline.score == max(b.score for b in policies)  # type: ignore[type-var]
+    assert info.oracle is not None and info.oracle.name == "belady"
+    assert info.oracle.score is not None and info.oracle.score >= info.best_baseline.score  # type: ignore[operator]
     progress = read.progress(run_id)
     assert [p.done for p in progress] == list(range(1, 5))
     bests = [p.best_so_far for p in progress if p.best_so_far is not None]

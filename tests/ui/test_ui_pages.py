@@ -81,7 +81,8 @@ def test_run_shows_progress_against_the_baselines(seeded: Seeded, open_page) -> 
     shown = metrics(at)
     assert shown["candidates"] == "6/6"
     assert shown[f"best {run.objective}"] == f"{run.best.score:.4f}"
-    assert shown["best baseline"] == f"{run.best_baseline.score:.4f}"
+    assert shown["best baseline"] == f"{run.best_baseline.score:.4f}" and run.best_baseline.name != "belady"
+    assert shown["oracle (bound)"] == f"{run.oracle.score:.4f}", "Belady reads the future: the bound"
     assert len(at.get("vega_lite_chart")) >= 3  # progress, per island, island map
     assert at.get("graphviz_chart")
     assert not {"stop", "resume"} & buttons(at), "a finished run is neither running nor resumable"

@@ -36,7 +36,7 @@ def header(run: RunInfo) -> None:
         st.markdown(f"Status: {shown}")
     best = run.best.score if run.best else None
     base = run.best_baseline.score if run.best_baseline else None
-    cols = st.columns(5)
+    cols = st.columns(6 if run.oracle else 5)
     cols[0].metric("candidates", f"{run.done}/{run.budget}")
     cols[1].metric(
         f"best {run.objective}",
@@ -52,6 +52,8 @@ def header(run: RunInfo) -> None:
     )
     cols[3].metric("tokens", f"{run.tokens:,}")
     cols[4].metric("cost", f"${run.cost_usd:.4f}")
+    if run.oracle and run.oracle.score is not None:  # reads the future: the bound, not a baseline to beat
+        cols[5].metric("oracle (bound)", f"{run.oracle.score:.4f}", run.oracle.name, delta_color="off")
     if run.best:
         st.page_link(
             nav.CANDIDATE,

@@ -74,6 +74,9 @@ class ToyCacheTarget:
     def builtin_baselines(self) -> tuple[str, ...]:
         return ()
 
+    def oracles(self) -> tuple[str, ...]:
+        return ()
+
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         stream = keys(instance.workload)
         start, stop = instance.config.get("window", (0, len(stream)))
