@@ -98,15 +98,17 @@ def runs_chart(frames: Mapping[str, pd.DataFrame], objective: str, x: str = "don
 
 
 def metric_chart(frame: pd.DataFrame, metric: str, highlight: str) -> alt.Chart:
-    """One metric per instance, one bar per policy, the highlighted policy in colour."""
+    """One metric per instance and role (a held-out tail is scored as tuned and re-tuned on one instance),
+    one bar per policy, the highlighted policy in colour."""
     chosen = frame[frame["metric"] == metric]
+    chosen = chosen.assign(scored=chosen["instance"] + " · " + chosen["role"])
     return (
         alt.Chart(chosen)
         .mark_bar()
         .encode(
             alt.X("value:Q", title=metric),
             alt.Y("policy:N", sort="-x", title=None, axis=alt.Axis(labelOverlap=False, labelLimit=200)),
-            alt.Row("instance:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
+            alt.Row("scored:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
             color=alt.condition(alt.datum.policy == highlight, alt.value("#d62728"), alt.value("#9ecae1")),
             tooltip=["policy:N", "instance:N", "role:N", alt.Tooltip("value:Q", format=".4f")],
         )
