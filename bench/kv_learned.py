@@ -32,14 +32,15 @@ from verifiers.static import check
 
 _CALLS, _ROWS, _LIMIT, _DATA = 0, 1, 2, 3
 """The recording key's params: calls so far, states kept, room for states, then the states row by row."""
-_ACCESSES, _AGE = ORACLE_COLUMNS["accesses"], ORACLE_COLUMNS["age"]
+_ACCESSES = ORACLE_COLUMNS["accesses"]
 _NEXT_USE = ORACLE_COLUMNS[ORACLE_NEXT_USE.name]
 READ = tuple(f.name for f in BLOCK_FEATURES.features if not f.clock)
 
 
 @njit(SIGNATURE)
 def _recording_perfect_lfu(X, row, params):  # pragma: no cover - compiled
-    """Perfect LFU (ties to the older access) that copies each state it scores into its own params."""
+    """Perfect LFU (the mechanism breaks ties by the older access) that copies each state it scores into its
+    own params."""
     kept = int(params[_ROWS])
     if kept < int(params[_LIMIT]):
         start = _DATA + kept * N_COLUMNS
@@ -47,7 +48,7 @@ def _recording_perfect_lfu(X, row, params):  # pragma: no cover - compiled
             params[start + j] = X[row, j]
         params[_ROWS] = kept + 1.0
     params[_CALLS] += 1.0
-    return X[row, _ACCESSES] - 1e-9 * X[row, _AGE]
+    return X[row, _ACCESSES]
 
 
 def scored_states(trace: Trace, capacity: int, limit: int) -> np.ndarray:
