@@ -137,8 +137,8 @@ def _checked(job: Job, target: Target) -> Result:
 
 def behaviour_signature(target: Target, program: Program) -> str:
     """A hash of how the program ranks the target's behaviour sample (dense ranks within each decision, ties
-    kept) and of the PARAMS its mechanism reads, at its defaults and at BEHAVIOUR_DRAWS seeded points of its
-    ranges; empty if there is no sample."""
+    kept, the target's cuts among them) and of the PARAMS its mechanism reads, at its defaults and at
+    BEHAVIOUR_DRAWS seeded points of its ranges; empty if there is no sample."""
     if not isinstance(target, Behavioural):
         return ""
     points = [program.defaults(), *(_drawn(program.params, draw) for draw in range(BEHAVIOUR_DRAWS))]
@@ -147,9 +147,10 @@ def behaviour_signature(target: Target, program: Program) -> str:
         digest.update(repr([params.get(name) for name in target.mechanism_params()]).encode())
     for signature in target.signatures:
         key = to_python(program, signature.name)
+        cuts = target.behaviour_cuts(signature.name)
         for decision in target.behaviour_sample(signature.name):
             for params in points:
-                digest.update(repr(_ranks([_score(key, row, params) for row in decision])).encode())
+                digest.update(repr(_ranks([_score(key, row, params) for row in decision], cuts)).encode())
     return digest.hexdigest()[:16]
 
 
@@ -170,9 +171,10 @@ def _score(key: Any, row: Mapping[str, float], params: Mapping[str, float]) -> f
         return math.nan
 
 
-def _ranks(scores: list[float]) -> tuple[int, ...]:
-    """Dense ranks (equal scores share one), NaN as -1: what orders the mechanism's choices."""
-    order = {value: i for i, value in enumerate(sorted({s for s in scores if not math.isnan(s)}))}
+def _ranks(scores: list[float], cuts: tuple[float, ...]) -> tuple[int, ...]:
+    """Dense ranks among the scores and the mechanism's cuts (equal values share one), NaN as -1: what
+    orders the mechanism's choices and places each on its side of a cut."""
+    order = {value: i for i, value in enumerate(sorted({s for s in scores if not math.isnan(s)} | set(cuts)))}
     return tuple(-1 if math.isnan(s) else order[s] for s in scores)
 
 

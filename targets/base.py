@@ -414,6 +414,11 @@ class Behavioural(Protocol):
         (one moment, one population); the same seeded sample in every process."""
         ...
 
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """Values the mechanism compares the named function's scores against, besides one another (a score
+        below which it waits): the side of each a score falls on is part of a behaviour."""
+        ...
+
     def mechanism_params(self) -> tuple[str, ...]:
         """PARAMS names the mechanism reads besides the key: their values are part of a behaviour."""
         ...

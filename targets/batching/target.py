@@ -167,6 +167,10 @@ class BatchingTarget:
             raise KeyError(signature)
         return behaviour_sample()
 
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """The scheduler compares keys only with one another: it serves in their order, values aside."""
+        return ()
+
     def mechanism_params(self) -> tuple[str, ...]:
         """The scheduler reads the token budget from PARAMS: two keys that order alike differ by it."""
         return (TOKEN_BUDGET,)

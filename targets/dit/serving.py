@@ -35,6 +35,8 @@ WINDOW = 32
 """Waiting requests considered per scheduling point, oldest first (a bound on the options scored)."""
 TOP_PLANS = 3
 """Plans offered per request and group: its fastest valid ones there."""
+WAIT_BELOW = 0.0
+"""A best score below this waits for more GPUs (only while something runs)."""
 _COLUMNS = OPTION_FEATURES.columns()
 
 
@@ -146,7 +148,7 @@ def score_all() -> Callable[..., None]:
 Options = tuple[np.ndarray, list[tuple[int, StepCost]]]
 
 
-def _options(
+def option_rows(
     now: float, waiting: list[int], free: list[int], arrivals: Sequence[Arrival], profiles: Sequence[Alone],
     gpus: int, pricing: Pricing,
 ) -> Options:  # fmt: skip
@@ -195,14 +197,14 @@ def serve(
             waiting.append(upcoming)
             upcoming += 1
         while free and waiting:
-            X, chosen = _options(now, waiting, free, arrivals, profiles, gpus, pricing)
+            X, chosen = option_rows(now, waiting, free, arrivals, profiles, gpus, pricing)
             if not chosen:
                 break
             scores = np.empty(len(chosen))
             score_all()(key, X, params, scores)
             scores = np.where(np.isnan(scores), -np.inf, scores)
             best = int(np.argmax(scores))  # the first of equals: earlier request, then fewer GPUs
-            if scores[best] < 0 and running:
+            if scores[best] < WAIT_BELOW and running:
                 break
             r, cost = chosen[best]
             group = cost.plan.gpus

@@ -26,11 +26,12 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .behaviour import behaviour_sample
 from .commands import COMMANDS
 from .features import OPTION_FEATURES
 from .pricing import gpu_pricing
 from .properties import PROPERTIES
-from .serving import METRICS, request_profile, serve, serving_metrics
+from .serving import METRICS, WAIT_BELOW, request_profile, serve, serving_metrics
 from .topology import TOPOLOGIES, topology
 from .workload import MIXES, Arrival, generate, kinds, load_trace, parse_generator
 
@@ -119,6 +120,22 @@ class DiTTarget:
 
     def commands(self) -> tuple[Command, ...]:
         return COMMANDS
+
+    def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:
+        """Scheduling points on real clusters: the options the mechanism would score at each."""
+        if signature != SCORE.name:
+            raise KeyError(signature)
+        return behaviour_sample()
+
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """A best score below zero waits: which options a score puts below it is part of its behaviour."""
+        if signature != SCORE.name:
+            raise KeyError(signature)
+        return (WAIT_BELOW,)
+
+    def mechanism_params(self) -> tuple[str, ...]:
+        """The mechanism reads no PARAMS: a score's order and its side of zero are its whole behaviour."""
+        return ()
 
     def validation(self) -> None:
         """No serving engine to validate against: the real block (block.py) checks the parallel methods."""

@@ -164,6 +164,10 @@ class KVTarget:
             raise KeyError(signature)
         return _behaviour_sample()
 
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """The cache compares keys only with one another: it evicts the lowest, whatever its value."""
+        return ()
+
     def mechanism_params(self) -> tuple[str, ...]:
         """The eviction mechanism reads no PARAMS: a key's order is its whole behaviour."""
         return ()
