@@ -22,7 +22,7 @@ import targets
 from sandbox.base import Sandbox, SandboxUnavailable
 from sandbox.choice import BACKENDS, choose_sandbox, notice
 from sandbox.job import Tuning
-from targets.base import Option, OptionError, Target, WorkloadError
+from targets.base import Objective, Option, OptionError, Target, WorkloadError
 from verifiers.static import StaticError
 
 from . import kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
@@ -33,7 +33,7 @@ from .executors.cluster import HostSandbox, connect
 from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
-from .readmodel import Budget, HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport
+from .readmodel import Budget, HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport, StudyReport
 from .service import RunService, load_target, prepare, proposer_for
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
@@ -454,12 +454,14 @@ def _print_result(report: RunReport, target: Target) -> None:
         rows[f"found #{report.best.candidate_id}"] = report.best.metrics
     rows.update(report.baseline_metrics())
     lines: list[RenderableType | str] = [
-        _table(f"run {report.run.run_id} ({report.run.status})", rows, target)
+        _table(f"run {report.run.run_id} ({report.run.status})", rows, target, _objective(report))
     ]
     if report.best and report.best.score:
-        lines.append(_ratios(report, target))
+        lines.append(_ratios(report))
     if report.holdout:
-        lines.append(_holdout_table(report.holdout, target))
+        lines.append(_holdout_table(report.holdout, report.run.objective))
+    if report.study:
+        lines.append(_study_table(report.study))
     if report.run.tokens or report.run.cost_usd:
         lines.append(f"proposals used {report.run.tokens} tokens, ${report.run.cost_usd:.4f}")
     if report.best:
@@ -467,11 +469,16 @@ def _print_result(report: RunReport, target: Target) -> None:
     _print(*lines)
 
 
-def _ratios(report: RunReport, target: Target) -> str:
+def _objective(report: RunReport) -> Objective:
+    """What the run's scores measure (a tune study's first objective, else the target's)."""
+    return Objective(report.run.objective, report.run.direction)  # type: ignore[arg-type]
+
+
+def _ratios(report: RunReport) -> str:
     """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out), the
     oracles apart: they are the bound, not baselines to beat."""
     assert report.best is not None and report.best.score is not None
-    metric, found = target.objective.metric, report.best.score
+    metric, found = report.run.objective, report.best.score
 
     def ratios(oracle: bool) -> str:
         kept = [b for b in report.baselines if b.score and b.oracle == oracle]
@@ -479,14 +486,13 @@ def _ratios(report: RunReport, target: Target) -> str:
         return ", ".join(f"{name} {found / score:.3f}x" for score, name in scores)
 
     found_name = f"found #{report.best.candidate_id}"
-    line = f"{metric} ({target.objective.direction}) of {found_name} against each baseline: {ratios(False)}"
+    line = f"{metric} ({report.run.direction}) of {found_name} against each baseline: {ratios(False)}"
     bound = ratios(True)
     return f"{line}; against the oracle: {bound}" if bound else line
 
 
-def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
+def _holdout_table(holdout: HoldoutReport, metric: str) -> Table:
     """Each policy's objective on the head it was selected on, and on the held-out tail."""
-    metric = target.objective.metric
     table = Table(title=f"{metric}, held-out tail")
     table.add_column("policy")
     tail = f"tail {holdout.tail}" + (" warm" if holdout.warm else "")
@@ -501,13 +507,39 @@ def _holdout_table(holdout: HoldoutReport, target: Target) -> Table:
     return table
 
 
+def _study_table(study: StudyReport) -> Table:
+    """A tune study's front, best first by its first objective: knobs, and each objective on train and
+    on eval; the policy as configured first (eval only)."""
+    knobs = sorted({k for p in study.points for k in p.values} | set(study.configured_values))
+    table = Table(title=f"study {study.study}: Pareto front of {len(study.points)} trials")
+    for column in ("point", *knobs, *(f"{m} ({r})" for r in ("train", "eval") for m in study.objectives)):
+        table.add_column(column, justify="left" if column == "point" else "right")
+
+    def row(
+        name: str, values: Mapping[str, float], train: Mapping[str, float], held: Mapping[str, float]
+    ) -> None:
+        figures = [f.get(m) for f in (train, held) for m in study.objectives]
+        table.add_row(
+            name, *(f"{values[k]:.6g}" if k in values else "-" for k in knobs),
+            *("-" if f is None else f"{f:.4f}" for f in figures),
+        )  # fmt: skip
+
+    row("as configured", study.configured_values, {}, study.configured)
+    for point in study.front():
+        row(f"trial {point.trial}", point.values, point.train, point.eval)
+    return table
+
+
 def _cell(value: float, integer: bool) -> str:
     return f"{value:.0f}" if integer else f"{value:.4f}"
 
 
-def _table(title: str, rows: Mapping[str, Mapping[str, float]], target: Target) -> Table:
-    metric = target.objective.metric
-    maximize = target.objective.direction == "maximize"
+def _table(
+    title: str, rows: Mapping[str, Mapping[str, float]], target: Target, objective: Objective | None = None
+) -> Table:
+    """Every policy's report metrics, best first by `objective` (the target's unless given)."""
+    metric = (objective or target.objective).metric
+    maximize = (objective or target.objective).direction == "maximize"
     whole = set(target.integer_metrics)
     table = Table(title=title)
     table.add_column("policy")

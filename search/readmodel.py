@@ -21,9 +21,10 @@ import targets
 from targets.base import Objective, Target
 from verifiers.static import StaticError, check, render
 
+from . import pareto
 from .errors import UserError
 from .holdout import TAIL, TAIL_RETUNED, Split
-from .store import BASELINE, Candidate, Evaluation, Event, Run, Store
+from .store import BASELINE, TUNE, Candidate, Evaluation, Event, Run, Store
 
 RAN = ("evaluated", "gated")
 """Candidate statuses of a candidate the sandbox scored (on every instance, or gated after training)."""
@@ -269,6 +270,44 @@ class HoldoutReport(_Record):
 
 
 @dataclass(frozen=True)
+class StudyPoint(_Record):
+    """One trial of a `crucible tune` study: its knob values, its objectives on the train instances, and on
+    the eval instances where it was scored there (the front the study ended with)."""
+
+    trial: int
+    candidate_id: int
+    values: dict[str, float]
+    train: dict[str, float]
+    eval: dict[str, float]
+    front: bool
+    """No other trial of the study is at least as good on every objective and better on one (on train)."""
+
+
+@dataclass(frozen=True)
+class StudyReport(_Record):
+    """A `crucible tune` study as its run recorded it: the objectives (the first is the run's score), the
+    trials that ran with values, and the policy as configured on the eval instances."""
+
+    study: str
+    policy: str
+    objectives: dict[str, str]
+    """Metric -> maximize | minimize, in the order given."""
+    points: list[StudyPoint]
+    configured_values: dict[str, float]
+    """The policy as configured: its PARAMS defaults and the options as given (the study's first trial)."""
+    configured: dict[str, float]
+    """Its objectives on the eval instances."""
+    failed: int
+    """Trials that ran without a value (their job failed): not on any chart."""
+
+    def front(self) -> list[StudyPoint]:
+        """The non-dominated trials, best first by the first objective."""
+        first, direction = next(iter(self.objectives.items()))
+        sign = -1.0 if direction == "maximize" else 1.0
+        return sorted((p for p in self.points if p.front), key=lambda p: (sign * p.train[first], p.trial))
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything `runs show --json` prints: the run, its best candidate, baselines and statistics."""
 
@@ -281,6 +320,8 @@ class RunReport:
     holdout: HoldoutReport | None = None
     """The held-out tail's scores, for a run made with `--holdout`."""
     budget: Budget | None = None
+    study: StudyReport | None = None
+    """The trials and the Pareto front, for a run made by `crucible tune`."""
 
     def to_json(self) -> dict[str, Any]:
         """The run's fields at the top level, `best` the whole best candidate."""
@@ -293,6 +334,7 @@ class RunReport:
             "failures": self.failures,
             "holdout": self.holdout.to_json() if self.holdout else None,
             "budget": self.budget.to_json() if self.budget else None,
+            "study": self.study.to_json() if self.study else None,
         }
 
     def baseline_metrics(self) -> dict[str, dict[str, float]]:
@@ -333,7 +375,7 @@ class ReadModel:
     def baselines(self, run_id: str) -> list[BaselineInfo]:
         run = self._run(run_id)
         target = _target(run)
-        metric, oracles = target.objective.metric, target.oracles()
+        metric, oracles = self._objective(run).metric, target.oracles()
         names = {row.id: row.name for row in self.store.candidates(run.id) if row.proposer == BASELINE}
         found: dict[tuple[str, str], list[EvaluationInfo]] = {}
         for e in self.store.evaluations(run.id):
@@ -357,7 +399,7 @@ class ReadModel:
 
     def progress(self, run_id: str) -> list[ProgressPoint]:
         run = self._run(run_id)
-        objective = _objective(run)
+        objective = self._objective(run)
         rows = [r for r in self.store.candidates(run.id) if r.proposer != BASELINE and r.status != "pending"]
         rows.sort(key=lambda r: (_finished(r), r.seq))
         spent = sorted((e.at, e.cost_usd) for e in self.store.events(run.id) if e.cost_usd)
@@ -380,7 +422,7 @@ class ReadModel:
     def proposer_stats(self, run_id: str) -> list[ProposerStats]:
         """Per (proposer, model): proposals, failures by class, candidates run and improved, best, spend."""
         run = self._run(run_id)
-        objective = _objective(run)
+        objective = self._objective(run)
         rows = list(self.store.candidates(run.id))
         return _proposer_stats(rows, self.store.events(run.id), objective)
 
@@ -447,6 +489,7 @@ class ReadModel:
             failures=self.failures(info.run_id),
             holdout=self.holdout(info.run_id),
             budget=self.budget(info.run_id),
+            study=self.study(info.run_id),
         )
 
     def holdout(self, run_id: str) -> HoldoutReport | None:
@@ -456,7 +499,7 @@ class ReadModel:
         if not cut:
             return None
         target = _target(run)
-        metric, oracles = target.objective.metric, target.oracles()
+        metric, oracles = self._objective(run).metric, target.oracles()
         rows = {r.id: r for r in self.store.candidates(run.id)}
         found: dict[tuple[int | None, str], dict[str, list[dict[str, float]]]] = {}
         for e in self.store.evaluations(run.id):
@@ -476,6 +519,48 @@ class ReadModel:
         out.sort(key=lambda r: ("found", "candidate", "builtin").index(r.kind))
         split = Split.from_json(cut)
         return HoldoutReport(split.share, split.head, split.tail, out, split.warm)
+
+    def study(self, run_id: str) -> StudyReport | None:
+        """The run's Optuna study, trial by trial, with its Pareto front; None for a run not made by tune."""
+        run = self._run(run_id)
+        named = [json.loads(e.message) for e in self.store.events(run.id) if e.kind == TUNE]
+        if not named:
+            return None
+        objectives = {g["metric"]: g["direction"] for g in named[0]["objectives"]}
+        scored: dict[int | None, dict[str, list[dict[str, float]]]] = {}
+        settings: dict[int | None, dict[str, float]] = {}
+        for e in self.store.evaluations(run.id):
+            scored.setdefault(e.candidate_id, {}).setdefault(e.role, []).append(json.loads(e.metrics))
+            settings[e.candidate_id] = json.loads(e.params)
+
+        def means(row: Candidate, role: str) -> dict[str, float]:
+            found = mean_metrics(scored.get(row.id, {}).get(role, []))
+            return {m: found[m] for m in objectives if m in found}
+
+        rows = self.store.candidates(run.id)
+        trials = [r for r in rows if r.proposer == TUNE]
+        valued = [r for r in trials if len(means(r, "train")) == len(objectives)]
+        maximize = [d == "maximize" for d in objectives.values()]
+        on_front = set(pareto.front([list(means(r, "train").values()) for r in valued], maximize))
+        points = []
+        for i, r in enumerate(valued):
+            train, held = means(r, "train"), means(r, "eval")
+            points.append(StudyPoint(r.seq, r.id or 0, json.loads(r.params), train, held, i in on_front))
+        base = next((r for r in rows if r.proposer == BASELINE), None)
+        configured, values = (means(base, "eval"), settings.get(base.id, {})) if base else ({}, {})
+        failed = len(trials) - len(valued)
+        return StudyReport(
+            named[0]["study"], named[0]["policy"], objectives, points, values, configured, failed
+        )
+
+    def _objective(self, run: Run) -> Objective:
+        """What the run's scores measure: the target's objective, or a tune study's first objective."""
+        if json.loads(run.config).get("proposer") == TUNE:
+            for event in self.store.events(run.id):
+                if event.kind == TUNE:
+                    first = json.loads(event.message)["objectives"][0]
+                    return Objective(first["metric"], first["direction"])
+        return _target(run).objective
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""
@@ -502,7 +587,7 @@ class ReadModel:
 
     def _info(self, run: Run) -> RunInfo:
         config = json.loads(run.config)
-        objective = _objective(run)
+        objective = self._objective(run)
         rows = self.store.candidates(run.id)
         counts: dict[str, int] = {}
         for r in rows:
@@ -584,10 +669,6 @@ def _target(run: Run) -> Target:
         return targets.load(run.target)
     except KeyError as exc:
         raise UserError(f"run {run.id}: {exc.args[0]}") from None
-
-
-def _objective(run: Run) -> Objective:
-    return _target(run).objective
 
 
 def _best_of(baselines: Sequence[BaselineInfo], objective: Objective) -> BaselineRef | None:

@@ -23,6 +23,8 @@ from .schema import upgrade
 DEFAULT_URL = "sqlite:///crucible.db"
 BASELINE = "baseline"
 """The proposer name of a baseline's candidate row: baselines seed the islands and anchor the report."""
+TUNE = "tune"
+"""The proposer of a `crucible tune` run's trial rows, and the kind of the event that names its study."""
 
 
 class StoreError(RuntimeError):

@@ -31,9 +31,8 @@ from .errors import UserError
 from .fingerprint import fingerprint
 from .loop import RunConfig
 from .service import RunService, instances
-from .store import BASELINE, Candidate, Evaluation, StoreError
+from .store import BASELINE, TUNE, Candidate, Evaluation, StoreError
 
-PROPOSER = "tune"
 Direction = Literal["maximize", "minimize"]
 COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
 """Trial states that hold a slot of the study's budget: run, ran without a value, or running now."""
@@ -329,7 +328,7 @@ def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapp
             )
             row = _add(service, Candidate(
                 run_id=run_id, seq=trial.number, name=f"trial {trial.number}", source=source,
-                fingerprint=_trial_mark(source, trial), proposer=PROPOSER,
+                fingerprint=_trial_mark(source, trial), proposer=TUNE,
                 note=_note(study, trial), params=json.dumps(trial.params, sort_keys=True),
             ))  # fmt: skip
             if row is None:
@@ -359,10 +358,10 @@ def _run_for(study: Study) -> str:
     name, storage = study.spec.study_name(), study.spec.storage
     read = study.service.read
     for info in read.runs():
-        if info.config.get("proposer") != PROPOSER:
+        if info.config.get("proposer") != TUNE:
             continue
         for event in read.events(info.run_id):
-            tuned = json.loads(event.message) if event.kind == PROPOSER else {}
+            tuned = json.loads(event.message) if event.kind == TUNE else {}
             if tuned.get("study") == name and tuned.get("storage") == storage:
                 return info.run_id
     config = RunConfig(
@@ -373,7 +372,7 @@ def _run_for(study: Study) -> str:
         seed=study.spec.seed,
         trials=1,
         workers=1,
-        proposer=PROPOSER,
+        proposer=TUNE,
     )
     tuned = {
         "study": name,
@@ -383,7 +382,7 @@ def _run_for(study: Study) -> str:
         "knobs": [k.name for k in study.knobs],
     }
     run = study.service.store.create_run(study.spec.target, config.to_json())
-    study.service.store.log(run.id, PROPOSER, json.dumps(tuned, sort_keys=True))
+    study.service.store.log(run.id, TUNE, json.dumps(tuned, sort_keys=True))
     return run.id
 
 

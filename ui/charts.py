@@ -8,7 +8,7 @@ from dataclasses import asdict
 import altair as alt
 import pandas as pd
 
-from search.readmodel import BaselineInfo, ProgressPoint
+from search.readmodel import BaselineInfo, ProgressPoint, StudyReport
 
 AXES = {"done": "candidates finished", "cost_so_far": "proposal cost so far ($)"}
 """The x axes a progress chart offers: against candidates, or against what the proposals cost."""
@@ -175,3 +175,25 @@ def island_map(counts: pd.DataFrame) -> alt.Chart:
     ).properties(height=alt.Step(28)) + alt.Chart(counts).mark_text(baseline="middle").encode(
         alt.X("status:N"), alt.Y("island:O"), text="candidates:Q"
     )
+
+
+def pareto_chart(report: StudyReport, x: str, y: str) -> alt.LayerChart:
+    """Every trial on two objectives (train), the non-dominated ones in colour and joined in order of `x`:
+    what one objective costs in the other."""
+    frame = pd.DataFrame(
+        [{"trial": p.trial, "front": "front" if p.front else "dominated", x: p.train[x], y: p.train[y]}
+         for p in report.points]
+    )  # fmt: skip
+    axes = (alt.X(f"{x}:Q", title=f"{x} (train)", scale=alt.Scale(zero=False)),
+            alt.Y(f"{y}:Q", title=f"{y} (train)", scale=alt.Scale(zero=False)))  # fmt: skip
+    colour = alt.Color(
+        "front:N", title=None, scale=alt.Scale(domain=["front", "dominated"], range=["#d62728", "#9ecae1"])
+    )
+    tooltip = ["trial:Q", "front:N", alt.Tooltip(f"{x}:Q", format=".4f"), alt.Tooltip(f"{y}:Q", format=".4f")]
+    dots = alt.Chart(frame).mark_circle(size=70, opacity=0.9).encode(*axes, color=colour, tooltip=tooltip)
+    line = (
+        alt.Chart(frame[frame["front"] == "front"].sort_values([x, y]))
+        .mark_line(color="#d62728", strokeDash=[4, 3])
+        .encode(*axes, order=alt.Order(f"{x}:Q"))
+    )
+    return alt.layer(line, dots).properties(height=340)

@@ -24,6 +24,7 @@ from search.readmodel import (
     ProposerStats,
     ReadModel,
     RunInfo,
+    StudyReport,
 )
 from search.store import DEFAULT_URL, Store, StoreError, open_engine
 from search.ui_command import DB_ENV
@@ -85,6 +86,11 @@ def budget(url: str, run_id: str) -> Budget:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def holdout(url: str, run_id: str) -> HoldoutReport | None:
     return _read_model(url).holdout(run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def study(url: str, run_id: str) -> StudyReport | None:
+    return _read_model(url).study(run_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

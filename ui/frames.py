@@ -19,6 +19,7 @@ from search.readmodel import (
     HoldoutReport,
     ProposerStats,
     RunInfo,
+    StudyReport,
 )
 
 
@@ -91,6 +92,24 @@ def holdout_frame(report: HoldoutReport) -> pd.DataFrame:
             for r in report.rows
         ]
     )
+
+
+def study_frame(report: StudyReport) -> pd.DataFrame:
+    """Each trial that ran with values: its knobs, its objectives on train and, for the front, on eval;
+    the policy as configured first (eval only). Front trials come next, best first by the first objective."""
+    front = [p.trial for p in report.front()]
+    rank = {trial: i for i, trial in enumerate(front)}
+    ordered = sorted(report.points, key=lambda p: (rank.get(p.trial, len(front)), p.trial))
+    configured = {f"{m} (eval)": v for m, v in report.configured.items()}
+    rows: list[dict[str, object]] = [
+        {"point": "as configured", "front": None, **report.configured_values, **configured}
+    ]
+    for p in ordered:
+        row: dict[str, object] = {"point": f"trial {p.trial}", "front": p.front, **p.values}
+        row |= {f"{m} (train)": v for m, v in p.train.items()}
+        row |= {f"{m} (eval)": v for m, v in p.eval.items()}
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def proposer_label(c: CandidateInfo) -> str:

@@ -68,6 +68,7 @@ def test_a_run_answers_status_progress_best_against_the_best_baseline_and_cost(
     assert info.best_baseline.score == max(b.score for b in policies)  # type: ignore[type-var]
     assert info.oracle is not None and info.oracle.name == "belady"
     assert info.oracle.score is not None and info.oracle.score >= info.best_baseline.score  # type: ignore[operator]
+    assert read.study(run_id) is None and read.report(run_id).study is None, "a search, not a tune study"
     progress = read.progress(run_id)
     assert [p.done for p in progress] == list(range(1, 5))
     bests = [p.best_so_far for p in progress if p.best_so_far is not None]

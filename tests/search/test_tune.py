@@ -128,6 +128,47 @@ def test_several_objectives_give_a_pareto_front_of_trials_none_dominates(tmp_pat
         assert not any(b[0] >= a[0] and b[1] <= a[1] and b != a for b in every)
 
 
+def test_the_recorded_run_carries_the_study_its_trials_and_the_same_front(tmp_path: Path) -> None:
+    """What the UI's Study tab and `runs show --json` read: every trial on both objectives, the front as
+    the tune command printed it, each front trial and the policy as configured scored on eval."""
+    objectives = ["--objective", "ttft_p99_ms", "--objective", "tpot_p99_ms", "--set", "load=1.5"]
+    report = finished(tune(tmp_path, "--policy", "fcfs", "--trials", "6", "--seed", "1", *objectives))
+    read = ReadModel(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}", create=False)))
+    study = read.study(report["run_id"])
+    assert study is not None and study.study == report["study"] and study.policy == "fcfs"
+    assert study.objectives == {"ttft_p99_ms": "minimize", "tpot_p99_ms": "minimize"}
+    trials = {t.number: t.values for t in ran(tmp_path, report["study"])}
+    assert sorted(p.trial for p in study.points) == sorted(trials)
+    for p in study.points:
+        assert [p.train["ttft_p99_ms"], p.train["tpot_p99_ms"]] == pytest.approx(trials[p.trial])
+    assert [p.trial for p in study.front()] == [p["number"] for p in report["front"]]
+    for point, printed in zip(study.front(), report["front"], strict=True):
+        assert point.eval == pytest.approx(printed["eval"]) and point.values == pytest.approx(
+            printed["values"]
+        )
+    assert not any(p.eval for p in study.points if not p.front), "only the front is scored on eval"
+    assert study.configured == pytest.approx(report["configured"]["eval"])
+    assert study.configured_values == pytest.approx(report["configured"]["values"])
+    info = read.run(report["run_id"])
+    assert (info.objective, info.direction) == ("ttft_p99_ms", "minimize"), "the study's, not the target's"
+    assert info.best is not None and info.best.score == min(p.eval["ttft_p99_ms"] for p in study.front())
+    assert info.best_baseline is not None
+    assert info.best_baseline.score == pytest.approx(study.configured["ttft_p99_ms"])
+    shown = json.loads(_runs_show(tmp_path, report["run_id"], "--json"))
+    assert [p["trial"] for p in shown["study"]["points"]] == [p.trial for p in study.points]
+    text = _runs_show(tmp_path, report["run_id"])
+    assert f"study {study.study}: Pareto front of {len(study.points)} trials" in text
+    assert "ttft_p99_ms (minimize) of found" in text, "the ratios are in the study's objective"
+    assert all(f"trial {p.trial} " in text for p in study.front())
+
+
+def _runs_show(tmp_path: Path, run_id: str, *flags: str) -> str:
+    command = [sys.executable, "-m", "search.cli", "runs", "show", run_id, *flags,
+               "--db", f"sqlite:///{tmp_path / 'runs.db'}"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_on_the_shipped_batching_workload_tuning_beats_vllm_s_defaults(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "search.cli", "tune", "--target", "batching", "--policy", "fcfs",

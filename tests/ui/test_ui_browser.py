@@ -5,6 +5,7 @@ its refresh interval and, stopped there, is left resumable."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sqlite3
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from seeded_store import Seeded
 
+from search import cli
 from search.readmodel import ReadModel
 from search.store import Store, open_engine
 
@@ -82,13 +84,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(seeded: Seeded, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("ui-browser")
-    copy = folder / "crucible.db"
-    with sqlite3.connect(seeded.url.removeprefix("sqlite:///")) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
-    url, port = f"sqlite:///{copy}", _free_port()
+@contextlib.contextmanager
+def serving(url: str, folder: Path) -> Iterator[Server]:
+    """`crucible ui` on the store at `url`, on a free port of 127.0.0.1, until the block ends."""
+    port = _free_port()
     log = (folder / "ui.log").open("wb")
     argv = [sys.executable, "-m", "search.cli", "ui", "--db", url, "--port", str(port), "--host", "127.0.0.1"]
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -108,6 +107,40 @@ def server(seeded: Seeded, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     process.terminate()
     process.wait(timeout=20)
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server(seeded: Seeded, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("ui-browser")
+    copy = folder / "crucible.db"
+    with sqlite3.connect(seeded.url.removeprefix("sqlite:///")) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    with serving(f"sqlite:///{copy}", folder) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def tuned_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A store holding one two-objective `crucible tune` study (a real one, twelve trials)."""
+    folder = tmp_path_factory.mktemp("ui-browser-tune")
+    url = f"sqlite:///{folder / 'crucible.db'}"
+    tune = [
+        "tune",
+        "--target",
+        "batching",
+        "--policy",
+        "fcfs",
+        "--set",
+        "requests=0:100",
+        "--set",
+        "load=1.5",
+    ]
+    goals = ["--objective", "ttft_p99_ms", "--objective", "tpot_p99_ms", "--trials", "12", "--seed", "0"]
+    cli.main(
+        [*tune, *goals, "--sandbox", "process", "--storage", f"sqlite:///{folder / 'study.db'}", "--db", url]
+    )
+    with serving(url, folder) as running:
+        yield running
 
 
 @pytest.fixture
@@ -213,3 +246,14 @@ def test_a_search_launched_from_the_ui_shows_progress_and_stops_resumably(server
     stopped = server.read.run(run_id)
     assert stopped.status == "stopped" and stopped.resumable
     assert page.get_by_role("button", name="Resume").count() == 1
+
+
+def test_a_tune_study_shows_its_pareto_front(tuned_server: Server, page: Any) -> None:
+    (run,) = tuned_server.read.runs()
+    study = tuned_server.read.study(run.run_id)
+    assert study is not None and len(study.front()) > 1, "a front with a trade-off to draw"
+    open_page(page, tuned_server, f"/run?run={run.run_id}", "Run", VEGA)
+    click_tab(page, "Study")
+    page.get_by_text(f"Optuna study {study.study} of fcfs").wait_for()
+    assert page.locator(VEGA).filter(visible=True).count() >= 1
+    shot(page, "run-study")

@@ -108,6 +108,7 @@ def test_run_shows_the_held_out_tail_as_the_run_service_scored_it(seeded: Seeded
 def test_a_run_without_a_holdout_has_no_tail_tab(seeded: Seeded, open_page) -> None:
     at = open_page(seeded.url, "views/run.py", run=seeded.stopped.run_id)
     assert "Held-out tail" not in [t.label for t in at.tabs]
+    assert "Study" not in [t.label for t in at.tabs], "a search, not a crucible tune study"
 
 
 def test_run_leaderboard_filters_change_the_rows(seeded: Seeded, open_page) -> None:

@@ -1,11 +1,12 @@
-"""Run: live progress, leaderboard with filters, genealogy, islands, failures and proposers of one run."""
+"""Run: live progress, leaderboard with filters, genealogy, islands, failures and proposers of one run; its
+held-out tail, and a tune run's study with its Pareto front."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from search.readmodel import CandidateInfo, HoldoutReport, RunInfo
+from search.readmodel import CandidateInfo, HoldoutReport, RunInfo, StudyReport
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()
@@ -17,6 +18,11 @@ if not runs:
 chosen = nav.choose_run(runs)
 assert chosen is not None
 live = chosen.status == "running"
+
+
+def not_yet(message: str) -> None:
+    """What is not there yet, and, on a live run's page, that it will appear without a reload."""
+    st.info(message + (" This page refreshes itself." if live else ""))
 
 
 def header(run: RunInfo) -> None:
@@ -67,7 +73,7 @@ def progress_tab(run: RunInfo) -> None:
     maximize = run.direction == "maximize"
     frame = charts.progress_frame(states.read(data.progress, url, run.run_id), maximize)
     if frame.empty:
-        st.info("No candidate has finished yet." + (" This page refreshes itself." if live else ""))
+        not_yet("No candidate has finished yet.")
         return
     axis = st.radio(
         "Against", list(charts.AXES), format_func=charts.AXES.get, horizontal=True, key="run-axis"
@@ -200,15 +206,37 @@ def holdout_tab(report: HoldoutReport) -> None:
         " Re-tuned: the constants tuned again on the tail (built-in baselines have none)."
     )
     if not report.rows:
-        st.info("The tail is scored when the search ends." + (" This page refreshes itself." if live else ""))
+        not_yet("The tail is scored when the search ends.")
         return
+    figures_table(frames.holdout_frame(report), ("policy", "kind"))
+
+
+def figures_table(table: pd.DataFrame, labels: tuple[str, ...]) -> None:
+    """A table whose columns, but the `labels`, are figures: four decimals each."""
     number = st.column_config.NumberColumn(format="%.4f")
-    table = frames.holdout_frame(report)
-    st.dataframe(
-        table,
-        hide_index=True,
-        column_config={c: number for c in table.columns if c not in ("policy", "kind")},
+    st.dataframe(table, hide_index=True, column_config={c: number for c in table.columns if c not in labels})
+
+
+def study_tab(report: StudyReport) -> None:
+    goals = ", ".join(f"{m} ({d})" for m, d in report.objectives.items())
+    failed = f"; {report.failed} trials failed without a value" if report.failed else ""
+    st.caption(
+        f"Optuna study `{report.study}` of {report.policy}: {len(report.points)} trials with values on the"
+        f" train instances{failed}. Objectives: {goals}. The front (no trial at least as good on every"
+        " objective and better on one) was scored on the eval instances."
     )
+    if not report.points:
+        not_yet("No trial has finished yet.")
+        return
+    metrics = list(report.objectives)
+    if len(metrics) > 1:
+        cols = st.columns(2)
+        x = cols[0].selectbox("x axis", metrics, index=0, key="study-x")
+        y = cols[1].selectbox("y axis", [m for m in metrics if m != x], index=0, key="study-y")
+        st.altair_chart(charts.pareto_chart(report, x, y), width="stretch")
+    table = frames.study_frame(report)
+    knobs = tuple(c for c in table.columns if not c.endswith(("(train)", "(eval)")))
+    figures_table(table, knobs)
 
 
 def page() -> None:
@@ -220,7 +248,9 @@ def page() -> None:
     candidates = states.read(data.candidates, url, run.run_id)
     names = ["Progress", "Leaderboard", "Genealogy", "Islands", "Failures", "Proposers"]
     held_out = states.read(data.holdout, url, run.run_id)  # None for a run without --holdout
-    tabs = st.tabs(names + ["Held-out tail"] * (held_out is not None))
+    study = states.read(data.study, url, run.run_id)  # None for a run not made by crucible tune
+    extra = ["Held-out tail"] * (held_out is not None) + ["Study"] * (study is not None)
+    tabs = st.tabs(names + extra)
     with tabs[0]:
         progress_tab(run)
     with tabs[1]:
@@ -234,8 +264,11 @@ def page() -> None:
     with tabs[5]:
         proposers_tab(run)
     if held_out is not None:
-        with tabs[6]:
+        with tabs[names.index("Proposers") + 1]:
             holdout_tab(held_out)
+    if study is not None:
+        with tabs[-1]:
+            study_tab(study)
 
 
 st.fragment(page, run_every=nav.REFRESH_S if live else None)()
