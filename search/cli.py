@@ -34,6 +34,7 @@ from .loop import Reporter, RunConfig
 from .proposers.base import ProposerUnavailable
 from .proposers.llm import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
 from .readmodel import Budget, HoldoutReport, ProposerStats, ReadModel, RunInfo, RunReport, StudyReport
+from .selection import CHOICES as SELECT_CHOICES
 from .service import RunService, load_target, prepare, proposer_for
 from .store import DEFAULT_URL, Store, StoreError, open_engine
 
@@ -143,6 +144,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHARE",
         help="hold out this share of the workload's requests, the last in time (e.g. 0.33): tune and select "
         "on the head, then report the best and the baselines on the tail, as tuned and re-tuned there",
+    )
+    s.add_argument(
+        "--select",
+        choices=SELECT_CHOICES,
+        default=SELECT_CHOICES[0],
+        help="what candidates are ranked on: the whole window (default), or 'unseen', the window after the "
+        "train share their constants were tuned on, replayed warm (kv)",
     )
     llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
     llm.add_argument(
@@ -402,6 +410,7 @@ def _search_on(args: argparse.Namespace, executor: Executor | None) -> None:
             max_cost_usd=args.max_cost_usd,
             max_tokens=args.max_tokens,
             holdout=args.holdout,
+            select=args.select,
         )
         proposer_for(config, os.environ)  # no key, a bad template, no endpoint: fail before storing anything
         service = _service(args)

@@ -40,6 +40,7 @@ from .fingerprint import fingerprint
 from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
 from .readmodel import mean_metrics
 from .schedule import Schedule, schedule_for
+from .selection import run_instances
 from .store import BASELINE, Candidate, Evaluation, Run, Store, Verification
 
 
@@ -75,6 +76,8 @@ class RunConfig:
     """steady (a freed slot takes the next candidate) | batch (the older loop; the benchmark's baseline)."""
     holdout: dict[str, Any] = field(default_factory=dict)
     """The time split of `--holdout` (search/holdout.py's Split: share, head, tail windows); {} for none."""
+    select: str = "window"
+    """What candidates are ranked on (search/selection.py): the whole window, or what tuning never saw."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,7 +148,9 @@ class Search:
         self.clock = clock
         self.executor = executor
         self.target = targets.load(self.config.target)
-        self.instances = self.target.instances(self.config.workload, self.config.options)
+        self.instances = run_instances(
+            self.target, self.config.workload, self.config.options, self.config.select
+        )
         self.maximize = self.target.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)

@@ -32,6 +32,7 @@ from .proposers.llm import LLMConfig, LLMProposer, api_key
 from .proposers.mix import MixProposer
 from .readmodel import ReadModel, RunInfo, RunReport, run_status
 from .schedule import SCHEDULES
+from .selection import run_instances
 from .store import Store
 
 ExecutorFactory = Callable[[int], Executor]
@@ -185,7 +186,7 @@ def prepare(
     held = {"holdout": cut.to_json()} if cut else {}
     config = RunConfig(target=target, workload=workload, options=values, **run_settings, **held)
     check_settings(config)
-    instances(found, workload, values)  # a bad trace or size fails here, before anything is stored
+    run_instances(found, workload, values, config.select)  # a bad trace or size fails here, nothing stored
     return config
 
 

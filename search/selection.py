@@ -1,0 +1,59 @@
+"""Where a run selects: the instances its candidates are scored and ranked on.
+
+A target's own eval instance covers the whole window, the part its train instance tuned the constants on
+included, so the ranking rewards a fit to those requests as well as a forecast of later ones. With
+`--select unseen` the run ranks on what tuning never saw: in place of each eval instance, the window after
+the train share, replayed warm after the requests before it (uncounted), as a cache in service meets them.
+Only a target that windows its workloads and replays a window warm (kv) can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
+
+from .errors import UserError
+from .holdout import WARM_OPTION, WINDOW_OPTION
+
+WHOLE = "window"
+"""Rank on the target's eval instances (the whole window): the default."""
+UNSEEN = "unseen"
+"""Rank on the window after the train share, scored warm."""
+CHOICES = (WHOLE, UNSEEN)
+
+
+def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:
+    """The run's instances: the target's train instances, and its eval instances or, for `unseen`, those of
+    the window after the train share, warm; a target or workload that cannot is one UserError."""
+    if select not in CHOICES:
+        raise UserError(f"--select must be one of {', '.join(CHOICES)}, got {select!r}")
+    try:
+        found = target.instances(workload, options)
+        if select == WHOLE:
+            return found
+        declared = {o.name for o in target.options}
+        if not isinstance(target, Windowed) or not {WINDOW_OPTION, WARM_OPTION} <= declared:
+            raise UserError(f"--select unseen: target {target.name} cannot replay a window warm")
+        train = [i for i in found if i.role == "train"]
+        cuts = {_bounds(i.config.get(WINDOW_OPTION), target.requests(workload))[1] for i in train}
+        if len(cuts) != 1:
+            raise UserError(f"--select unseen: target {target.name} has no single train window to follow")
+        window = options.get(WINDOW_OPTION)
+        hi = _bounds(window, target.requests(workload))[1]
+        (cut,) = cuts
+        after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", WARM_OPTION: True})
+        return [*train, *(i for i in after if i.role == "eval")]
+    except (WorkloadError, OptionError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def _bounds(window: Any, n: int) -> tuple[int, int]:
+    """START, STOP of a window given as START:STOP text or a [START, STOP] pair (the whole trace if None)."""
+    if window is None:
+        return 0, n
+    if isinstance(window, str):
+        return request_window(window, n)
+    start, stop = window
+    return int(start), int(stop)
