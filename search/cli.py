@@ -505,7 +505,7 @@ def _holdout_table(holdout: HoldoutReport, metric: str) -> Table:
     table = Table(title=f"{metric}, held-out tail")
     table.add_column("policy")
     tail = f"tail {holdout.tail}" + (" warm" if holdout.warm else "")
-    for name in (f"head {holdout.head}", tail, "tail re-tuned", "found / this, tail"):
+    for name in (holdout.head_label(), tail, "tail re-tuned", "found / this, tail"):
         table.add_column(name, justify="right")
     found = holdout.found_tail()
     for row in holdout.rows:

@@ -40,7 +40,7 @@ from .fingerprint import fingerprint
 from .proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
 from .readmodel import mean_metrics
 from .schedule import Schedule, schedule_for
-from .selection import run_instances
+from .selection import WHOLE, run_instances
 from .store import BASELINE, Candidate, Evaluation, Run, Store, Verification
 
 
@@ -76,7 +76,7 @@ class RunConfig:
     """steady (a freed slot takes the next candidate) | batch (the older loop; the benchmark's baseline)."""
     holdout: dict[str, Any] = field(default_factory=dict)
     """The time split of `--holdout` (search/holdout.py's Split: share, head, tail windows); {} for none."""
-    select: str = "window"
+    select: str = WHOLE
     """What candidates are ranked on (search/selection.py): the whole window, or what tuning never saw."""
 
     def to_json(self) -> dict[str, Any]:

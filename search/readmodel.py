@@ -24,6 +24,7 @@ from verifiers.static import StaticError, check, render
 from . import pareto
 from .errors import UserError
 from .holdout import TAIL, TAIL_RETUNED, Split
+from .selection import UNSEEN, WHOLE
 from .store import BASELINE, TUNE, Candidate, Evaluation, Event, Run, Store
 
 RAN = ("evaluated", "gated")
@@ -263,6 +264,12 @@ class HoldoutReport(_Record):
     rows: list[HoldoutRow]
     warm: bool = False
     """The tail was replayed after the requests before it (uncounted), as in service, not from empty."""
+    select: str = WHOLE
+    """What the head figures score: the whole head, or (`unseen`) its part after the train share, warm."""
+
+    def head_label(self) -> str:
+        """What the head column scores, as a table heads it."""
+        return f"head {self.head}" + (", unseen part" if self.select == UNSEEN else "")
 
     def found_tail(self) -> float | None:
         """The found policy's objective on the tail as tuned on the head (None until it is scored)."""
@@ -518,7 +525,8 @@ class ReadModel:
             out.append(HoldoutRow(name, kind, *scores, tail, retuned, kind == "builtin" and name in oracles))
         out.sort(key=lambda r: ("found", "candidate", "builtin").index(r.kind))
         split = Split.from_json(cut)
-        return HoldoutReport(split.share, split.head, split.tail, out, split.warm)
+        select = json.loads(run.config).get("select", WHOLE)
+        return HoldoutReport(split.share, split.head, split.tail, out, split.warm, select)
 
     def study(self, run_id: str) -> StudyReport | None:
         """The run's Optuna study, trial by trial, with its Pareto front; None for a run not made by tune."""

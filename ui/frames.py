@@ -84,7 +84,7 @@ def holdout_frame(report: HoldoutReport) -> pd.DataFrame:
             {
                 "policy": r.name,
                 "kind": "oracle" if r.oracle else r.kind,
-                f"head {report.head}": r.head,
+                report.head_label(): r.head,
                 f"tail {report.tail}": r.tail,
                 "tail re-tuned": r.tail_retuned,
                 "found / this, tail": found / r.tail if found is not None and r.tail else None,

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from search.readmodel import CandidateInfo, HoldoutReport, RunInfo, StudyReport
+from search.selection import UNSEEN
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()
@@ -200,8 +201,13 @@ def proposers_tab(run: RunInfo) -> None:
 
 def holdout_tab(report: HoldoutReport) -> None:
     warm = ", and meet the state the head left (it is replayed before them, uncounted)" if report.warm else ""
+    selected = (
+        f"Tuned on the first part of requests {report.head} and selected on the rest of them (replayed warm)"
+        if report.select == UNSEEN
+        else f"Tuned and selected on requests {report.head}"
+    )
     st.caption(
-        f"Tuned and selected on requests {report.head}; requests {report.tail}"
+        f"{selected}; requests {report.tail}"
         f" (the last {report.share:.0%}) were never seen by the search{warm}."
         " Re-tuned: the constants tuned again on the tail (built-in baselines have none)."
     )

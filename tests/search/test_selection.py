@@ -1,0 +1,83 @@
+"""`--select`: what a search ranks its candidates on. By default the target's eval instances (the whole
+window); with `unseen`, the window after the train share the constants were tuned on, replayed warm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from in_process import InProcess
+
+import targets
+from search.cli import main
+from search.errors import UserError
+from search.proposers.evolve import EvolveProposer
+from search.selection import UNSEEN, WHOLE, run_instances
+from search.service import RunService, prepare
+from search.store import Store, open_engine
+from targets.kv.target import shipped_workload_path
+
+KV = targets.load("kv")
+WORKLOAD = str(shipped_workload_path())
+OPTIONS = {"capacity": 300, "requests": "0:300"}
+
+
+def test_the_default_ranks_on_the_targets_own_instances() -> None:
+    assert run_instances(KV, WORKLOAD, OPTIONS, WHOLE) == KV.instances(WORKLOAD, OPTIONS)
+
+
+def test_unseen_ranks_on_the_window_after_the_train_share_replayed_warm() -> None:
+    train, scored = run_instances(KV, WORKLOAD, OPTIONS, UNSEEN)
+    assert (train.role, scored.role) == ("train", "eval")
+    assert train == KV.instances(WORKLOAD, OPTIONS)[0], "tuning is unchanged"
+    assert train.config["requests"] == [0, 90], "the default train share: 30 % of 300"
+    assert scored.config["requests"] == [90, 300] and scored.config["warm"] is True
+    whole = KV.instances(WORKLOAD, {**OPTIONS, "requests": "90:300", "warm": True})[1]
+    assert scored == whole, "the target's own eval instance of that window"
+
+
+def test_a_target_that_cannot_replay_a_window_warm_says_so_in_one_line() -> None:
+    batching = targets.load("batching")
+    with pytest.raises(UserError, match="target batching cannot replay a window warm"):
+        run_instances(batching, str(batching.default_config()["workload"]), {"requests": "0:100"}, UNSEEN)
+    with pytest.raises(UserError, match="--select must be one of window, unseen"):
+        run_instances(KV, WORKLOAD, OPTIONS, "tail")
+
+
+def test_a_search_with_unseen_scores_its_candidates_and_baselines_on_that_window(tmp_path: Path) -> None:
+    runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
+    config = prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, select=UNSEEN, holdout="0.33")
+    info = runs.record(config)
+    runs.execute(info.run_id, InProcess(), EvolveProposer())
+    read = runs.read
+    assert read.run(info.run_id).config["select"] == UNSEEN
+    head_cut = int(201 * 0.3)  # the head is 0:201 once the last 99 of 300 are held out
+    scored = {e.instance for c in read.candidates(info.run_id) for e in c.evaluations if e.role == "eval"}
+    assert scored == {f"{Path(WORKLOAD).name}@300[{head_cut}:201] warm"}
+    for baseline in read.baselines(info.run_id):
+        assert {e.instance for e in baseline.evaluations if e.role == "eval"} == scored, baseline.name
+    report = read.holdout(info.run_id)
+    assert report is not None and report.select == UNSEEN
+    assert report.head_label() == "head 0:201, unseen part"
+
+
+def test_the_flag_is_checked_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    argv = [
+        "search",
+        "--target",
+        "batching",
+        "--select",
+        "unseen",
+        "--budget",
+        "1",
+        "--db",
+        f"sqlite:///{db}",
+    ]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code != 0
+    assert "cannot replay a window warm" in capsys.readouterr().err
+    assert not db.exists()
