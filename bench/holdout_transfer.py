@@ -4,8 +4,9 @@ Run from the repository root after `crucible search ... --holdout SHARE --db URL
 `python bench/holdout_transfer.py --db URL RUN [FILE ...] [--trials 32] [--top 5]`.
 Every candidate the run evaluated on its whole head (with the constants tuned on the head's train share)
 is scored on the held-out tail with those constants, as the run scores its best (warm where the run's
-split is). It prints the rank correlation (Spearman) of the head and tail scores over those candidates,
-where the head's best ranks on the tail and the tail's best on the head, and the top of each order. Each
+split is), and on the head's part after the train share, warm (what `--select unseen` ranks on). It prints
+the rank correlation (Spearman) of the head and tail scores over those candidates, where the head's best,
+the unseen part's best and the tail's best rank on the others, and the top of each order. Each
 FILE (a heuristic written by hand, say) is tuned on the head's train share as a candidate is, scored on the
 head and the tail, and re-tuned on the whole tail as the run re-tunes its best. Ratios are against the best
 non-oracle baseline on each window, from the run's own held-out table (`crucible runs show RUN`).
@@ -27,6 +28,7 @@ from search.errors import UserError
 from search.evaluation import read_program
 from search.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
 from search.readmodel import ReadModel
+from search.selection import UNSEEN, run_instances
 from search.store import BASELINE, Store, StoreError, open_engine
 
 
@@ -101,16 +103,22 @@ def main() -> None:
     sandbox = ProcessSandbox()
     rows = [r for r in store.candidates(info.run_id) if r.status == "evaluated" and r.score is not None]
     rows = [r for r in rows if r.proposer != BASELINE]
-    jobs = [Job(target.name, r.source, tail, params=json.loads(r.params or "{}")) for r in rows]
+    unseen = [
+        i for i in run_instances(target, config["workload"], config["options"], UNSEEN) if i.role == "eval"
+    ]
+    jobs = [Job(target.name, r.source, (*tail, *unseen), params=json.loads(r.params or "{}")) for r in rows]
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        tail_metrics = [metrics_of(res)[0] for res in pool.map(sandbox.run, jobs)]
+        scored_both = [metrics_of(res) for res in pool.map(sandbox.run, jobs)]
+    tail_metrics = [m[0] for m in scored_both]
     tails = [m[metric] for m in tail_metrics]
     heads = np.array([sign * r.score for r in rows])
     scored = np.array([sign * t for t in tails])
-    best, top = int(np.argmax(heads)), int(np.argmax(scored))
+    after = np.array([sign * m[1][metric] for m in scored_both])
+    best, top, picked = int(np.argmax(heads)), int(np.argmax(scored)), int(np.argmax(after))
     rho = spearman(heads, scored)
     print(f"{len(rows)} candidates evaluated on the whole head; Spearman(head, tail) {rho:.3f}")
-    for label, i in (("the head's best", best), ("the tail's best", top)):
+    print(f"Spearman(the head's unseen part, tail) {spearman(after, scored):.3f}")
+    for label, i in (("the head's best", best), ("the unseen part's best", picked), ("the tail's best", top)):
         head_rank, tail_rank = 1 + int(np.sum(heads > heads[i])), 1 + int(np.sum(scored > scored[i]))
         print(
             f"{label}, #{rows[i].id}: head {rows[i].score:.4f} ({rows[i].score / best_head:.3f}x, rank"
