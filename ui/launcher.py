@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from search.selection import WHOLE
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -38,6 +40,10 @@ class SearchSettings:
     max_cost_usd: float | None = None
     prices: tuple[str, ...] = ()
     """MODEL=PROMPT,COMPLETION in USD per million tokens, one per priced model."""
+    holdout: float | None = None
+    """The share of the workload's requests, the last in time, held out to judge the best on."""
+    select: str = WHOLE
+    """What candidates are ranked on: the whole window, or `unseen` (after the train share, warm)."""
 
 
 def _value(value: Any) -> str:
@@ -57,6 +63,10 @@ def search_argv(db: str, s: SearchSettings) -> list[str]:
         argv += ["--set", f"{name}={_value(value)}"]
     argv += ["--proposer", s.proposer, "--sandbox", s.sandbox, "--seed", str(s.seed)]
     argv += ["--trials", str(s.trials), "--workers", str(s.workers)]
+    if s.holdout is not None:
+        argv += ["--holdout", str(s.holdout)]
+    if s.select != WHOLE:
+        argv += ["--select", s.select]
     for model in s.models:
         argv += ["--model", model]
     if s.base_url:

@@ -34,6 +34,18 @@ def test_the_form_becomes_the_search_flags() -> None:
     )
 
 
+def test_a_holdout_and_where_to_rank_become_their_flags_and_the_defaults_none() -> None:
+    plain = launcher.SearchSettings(target="kv", workload=None, options={}, budget=5)
+    assert "--holdout" not in launcher.search_argv("sqlite:///runs.db", plain)
+    assert "--select" not in launcher.search_argv("sqlite:///runs.db", plain)
+    held = launcher.SearchSettings(
+        target="kv", workload=None, options={}, budget=5, holdout=0.33, select="unseen"
+    )
+    assert " ".join(launcher.search_argv("sqlite:///runs.db", held)).endswith(
+        "--workers 2 --holdout 0.33 --select unseen"
+    )
+
+
 def test_resume_is_the_stored_run_continued() -> None:
     argv = launcher.resume_argv("sqlite:///runs.db", "abc123")
     assert argv[3:] == ["search", "--db", "sqlite:///runs.db", "--resume", "abc123"]

@@ -262,6 +262,18 @@ def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_
     labels = {w.label for w in [*at.number_input, *at.text_input, *at.selectbox, *at.checkbox]}
     for option in load_target("kv").options:
         assert f"{option.name} ({option.type})" in labels
+    assert at.radio(key="select").options == ["window", "unseen"] and at.radio(key="select").value == "window"
+    assert at.number_input(key="holdout").value is None, "no holdout unless asked"
+
+
+def test_launch_checks_the_holdout_and_where_to_rank_before_starting(tmp_path, open_page) -> None:
+    url = f"sqlite:///{tmp_path / 'launch.db'}"
+    at = open_page(url, "views/launch.py")
+    at.selectbox(key="launch-target").set_value("batching").run()
+    at.radio(key="select").set_value("unseen")
+    at.button[0].click().run(timeout=90)
+    assert len(at.error) == 1 and "cannot replay a window warm" in at.error[0].value
+    assert not Store(open_engine(url)).runs(), "nothing stored"
 
 
 def test_launch_with_an_unreachable_endpoint_is_one_line(tmp_path, open_page, monkeypatch) -> None:

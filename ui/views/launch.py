@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from search.errors import UserError
+from search.selection import CHOICES as SELECT_CHOICES
 from search.service import load_target, prepare, target_names
 from ui import data, launcher, nav
 
@@ -78,6 +79,22 @@ with st.form("launch"):
     workers = cols[2].number_input("Workers", min_value=1, value=2, step=1, key="workers")
     seed = cols[3].number_input("Seed", min_value=0, value=0, step=1, key="seed")
     sandbox = st.selectbox("Sandbox", SANDBOXES, key="sandbox")
+    cols = st.columns(2)
+    holdout = cols[0].number_input(
+        "Hold out this share of the requests, the last in time; empty: none",
+        min_value=0.01,
+        max_value=0.99,
+        value=None,
+        help="Tune and select on the head; the best and the baselines are then judged on the tail.",
+        key="holdout",
+    )
+    select = cols[1].radio(
+        "Rank candidates on",
+        SELECT_CHOICES,
+        horizontal=True,
+        help="the whole window, or what tuning never saw: the part after the train share, replayed warm (kv)",
+        key="select",
+    )
     st.subheader("Proposer")
     proposer = st.radio("Proposer", ["evolve", "llm", "mix"], horizontal=True, key="proposer")
     models = st.text_input("Models (llm, mix): NAME[:WEIGHT], comma-separated", key="models")
@@ -117,6 +134,8 @@ if submitted:
         seed=int(seed),
         trials=int(trials),
         workers=int(workers),
+        holdout=holdout,
+        select=select,
         **(llm_settings(models, base_url, key_env, prices, max_cost) if proposer != "evolve" else {}),
     )
     try:  # the options, workload and settings checked here first: a mistake is one line, nothing started
@@ -129,6 +148,8 @@ if submitted:
             trials=settings.trials,
             workers=settings.workers,
             proposer=proposer,
+            holdout=holdout,
+            select=select,
         )
     except UserError as exc:
         st.error(str(exc))
