@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=SELECT_CHOICES,
         default=SELECT_CHOICES[0],
         help="what candidates are ranked on: the whole window (default), or 'unseen', the window after the "
-        "train share their constants were tuned on, replayed warm (kv)",
+        "train share their constants were tuned on (replayed warm where the target can)",
     )
     llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
     llm.add_argument(

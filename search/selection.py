@@ -3,8 +3,9 @@
 A target's own eval instance covers the whole window, the part its train instance tuned the constants on
 included, so the ranking rewards a fit to those requests as well as a forecast of later ones. With
 `--select unseen` the run ranks on what tuning never saw: in place of each eval instance, the window after
-the train share, replayed warm after the requests before it (uncounted), as a cache in service meets them.
-Only a target that windows its workloads and replays a window warm (kv) can.
+the train share, replayed warm after the requests before it (uncounted) where the target can (kv, as a
+cache in service meets them), else from an empty state (batching, as its held-out tail is). A target whose
+workloads have no request window cannot.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from .holdout import WARM_OPTION, WINDOW_OPTION
 WHOLE = "window"
 """Rank on the target's eval instances (the whole window): the default."""
 UNSEEN = "unseen"
-"""Rank on the window after the train share, scored warm."""
+"""Rank on the window after the train share (warm where the target can)."""
 CHOICES = (WHOLE, UNSEEN)
 
 
 def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:
     """The run's instances: the target's train instances, and its eval instances or, for `unseen`, those of
-    the window after the train share, warm; a target or workload that cannot is one UserError."""
+    the window after the train share (warm where the target can); one UserError where it cannot."""
     if select not in CHOICES:
         raise UserError(f"--select must be one of {', '.join(CHOICES)}, got {select!r}")
     try:
@@ -34,8 +35,8 @@ def run_instances(target: Target, workload: str, options: Mapping[str, Any], sel
         if select == WHOLE:
             return found
         declared = {o.name for o in target.options}
-        if not isinstance(target, Windowed) or not {WINDOW_OPTION, WARM_OPTION} <= declared:
-            raise UserError(f"--select unseen: target {target.name} cannot replay a window warm")
+        if not isinstance(target, Windowed) or WINDOW_OPTION not in declared:
+            raise UserError(f"--select unseen: target {target.name} has no request window to rank on")
         train = [i for i in found if i.role == "train"]
         cuts = {_bounds(i.config.get(WINDOW_OPTION), target.requests(workload))[1] for i in train}
         if len(cuts) != 1:
@@ -43,7 +44,8 @@ def run_instances(target: Target, workload: str, options: Mapping[str, Any], sel
         window = options.get(WINDOW_OPTION)
         hi = _bounds(window, target.requests(workload))[1]
         (cut,) = cuts
-        after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", WARM_OPTION: True})
+        warm = {WARM_OPTION: True} if WARM_OPTION in declared else {}
+        after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", **warm})
         return [*train, *(i for i in after if i.role == "eval")]
     except (WorkloadError, OptionError) as exc:
         raise UserError(str(exc)) from None

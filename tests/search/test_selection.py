@@ -36,10 +36,17 @@ def test_unseen_ranks_on_the_window_after_the_train_share_replayed_warm() -> Non
     assert scored == whole, "the target's own eval instance of that window"
 
 
-def test_a_target_that_cannot_replay_a_window_warm_says_so_in_one_line() -> None:
+def test_a_target_without_warm_replays_ranks_on_that_window_cold() -> None:
     batching = targets.load("batching")
-    with pytest.raises(UserError, match="target batching cannot replay a window warm"):
-        run_instances(batching, str(batching.default_config()["workload"]), {"requests": "0:100"}, UNSEEN)
+    workload, window = str(batching.default_config()["workload"]), {"requests": "0:100"}
+    train, scored = run_instances(batching, workload, window, UNSEEN)
+    assert train.config["requests"] == [0, 30] and scored.config["requests"] == [30, 100]
+    assert "warm" not in scored.config, "batching's held-out tail starts from an empty server too"
+
+
+def test_a_target_without_a_request_window_or_a_bad_choice_is_one_line() -> None:
+    with pytest.raises(UserError, match="target dit has no request window to rank on"):
+        run_instances(targets.load("dit"), "gen:images:0", {}, UNSEEN)
     with pytest.raises(UserError, match="--select must be one of window, unseen"):
         run_instances(KV, WORKLOAD, OPTIONS, "tail")
 
@@ -68,7 +75,7 @@ def test_the_flag_is_checked_before_anything_is_stored(
     argv = [
         "search",
         "--target",
-        "batching",
+        "dit",
         "--select",
         "unseen",
         "--budget",
@@ -79,5 +86,5 @@ def test_the_flag_is_checked_before_anything_is_stored(
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code != 0
-    assert "cannot replay a window warm" in capsys.readouterr().err
+    assert "has no request window to rank on" in capsys.readouterr().err
     assert not db.exists()

@@ -269,10 +269,10 @@ def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_
 def test_launch_checks_the_holdout_and_where_to_rank_before_starting(tmp_path, open_page) -> None:
     url = f"sqlite:///{tmp_path / 'launch.db'}"
     at = open_page(url, "views/launch.py")
-    at.selectbox(key="launch-target").set_value("batching").run()
+    at.selectbox(key="launch-target").set_value("dit").run()
     at.radio(key="select").set_value("unseen")
     at.button[0].click().run(timeout=90)
-    assert len(at.error) == 1 and "cannot replay a window warm" in at.error[0].value
+    assert len(at.error) == 1 and "has no request window to rank on" in at.error[0].value
     assert not Store(open_engine(url)).runs(), "nothing stored"
 
 

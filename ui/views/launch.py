@@ -92,7 +92,7 @@ with st.form("launch"):
         "Rank candidates on",
         SELECT_CHOICES,
         horizontal=True,
-        help="the whole window, or what tuning never saw: the part after the train share, replayed warm (kv)",
+        help="the whole window, or what tuning never saw: the part after the train share (warm where it can)",
         key="select",
     )
     st.subheader("Proposer")

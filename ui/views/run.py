@@ -202,7 +202,7 @@ def proposers_tab(run: RunInfo) -> None:
 def holdout_tab(report: HoldoutReport) -> None:
     warm = ", and meet the state the head left (it is replayed before them, uncounted)" if report.warm else ""
     selected = (
-        f"Tuned on the first part of requests {report.head} and selected on the rest of them (replayed warm)"
+        f"Tuned on the first part of requests {report.head} and selected on the rest of them"
         if report.select == UNSEEN
         else f"Tuned and selected on requests {report.head}"
     )
