@@ -265,7 +265,7 @@ class HoldoutReport(_Record):
     warm: bool = False
     """The tail was replayed after the requests before it (uncounted), as in service, not from empty."""
     select: str = WHOLE
-    """What the head figures score: the whole head, or (`unseen`) its part after the train share, warm."""
+    """What the head figures score: the whole head, or (`unseen`) its part after the train share."""
 
     def head_label(self) -> str:
         """What the head column scores, as a table heads it."""
