@@ -231,8 +231,9 @@ class Search:
         if stop:
             self.store.set_run_status(self.run.id, "stopped", stop)
             self.store.log(self.run.id, "stopped", stop)
-        else:
-            self.store.set_run_status(self.run.id, "finished")
+        else:  # an exhausted proposer ends the run short of its budget: the run says so
+            short = f"the proposer produced no new candidate after {self.done} of {self.config.budget}"
+            self.store.set_run_status(self.run.id, "finished", short if exhausted else "")
 
     def _room(self) -> int:
         """How many more candidates the budget allows: a behavioural duplicate spends none of it (a pending
