@@ -37,12 +37,12 @@ def run_instances(target: Target, workload: str, options: Mapping[str, Any], sel
         declared = {o.name for o in target.options}
         if not isinstance(target, Windowed) or WINDOW_OPTION not in declared:
             raise UserError(f"--select unseen: target {target.name} has no request window to rank on")
+        n = target.requests(workload)
         train = [i for i in found if i.role == "train"]
-        cuts = {_bounds(i.config.get(WINDOW_OPTION), target.requests(workload))[1] for i in train}
+        cuts = {_bounds(i.config.get(WINDOW_OPTION), n)[1] for i in train}
         if len(cuts) != 1:
             raise UserError(f"--select unseen: target {target.name} has no single train window to follow")
-        window = options.get(WINDOW_OPTION)
-        hi = _bounds(window, target.requests(workload))[1]
+        hi = _bounds(options.get(WINDOW_OPTION), n)[1]
         (cut,) = cuts
         warm = {WARM_OPTION: True} if WARM_OPTION in declared else {}
         after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", **warm})
