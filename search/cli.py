@@ -148,9 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--select",
         choices=SELECT_CHOICES,
-        default=SELECT_CHOICES[0],
-        help="what candidates are ranked on: the whole window (default), or 'unseen', the window after the "
-        "train share their constants were tuned on (replayed warm where the target can)",
+        help="what candidates are ranked on: the whole window (the default without --holdout), or 'unseen', "
+        "the window after the train share their constants were tuned on, replayed warm where the target can "
+        "(the default with --holdout)",
     )
     llm = s.add_argument_group("LLM proposer (--proposer llm or mix)")
     llm.add_argument(

@@ -2,10 +2,10 @@
 
 A target's own eval instance covers the whole window, the part its train instance tuned the constants on
 included, so the ranking rewards a fit to those requests as well as a forecast of later ones. With
-`--select unseen` the run ranks on what tuning never saw: in place of each eval instance, the window after
-the train share, replayed warm after the requests before it (uncounted) where the target can (kv, as a
-cache in service meets them), else from an empty state (batching, as its held-out tail is). A target whose
-workloads have no request window cannot.
+`--select unseen` (the default of a run that holds out a tail) the run ranks on what tuning never saw: in
+place of each eval instance, the window after the train share, replayed warm after the requests before it
+(uncounted) where the target can (kv, as a cache in service meets them), else from an empty state
+(batching, as its held-out tail is). A target whose workloads have no request window cannot.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ from .errors import UserError
 from .holdout import WARM_OPTION, WINDOW_OPTION
 
 WHOLE = "window"
-"""Rank on the target's eval instances (the whole window): the default."""
+"""Rank on the target's eval instances (the whole window): the default of a run without a held-out tail."""
 UNSEEN = "unseen"
-"""Rank on the window after the train share (warm where the target can)."""
+"""Rank on the window after the train share (warm where the target can): the default of one with a tail."""
 CHOICES = (WHOLE, UNSEEN)
+
+
+def default_select(holdout: bool) -> str:
+    """A run that holds out a tail ranks on what tuning never saw (train, select and report on three parts,
+    as a validation split does); one without ranks on its whole window, as it reports."""
+    return UNSEEN if holdout else WHOLE
 
 
 def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:

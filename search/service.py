@@ -32,7 +32,7 @@ from .proposers.llm import LLMConfig, LLMProposer, api_key
 from .proposers.mix import MixProposer
 from .readmodel import ReadModel, RunInfo, RunReport, run_status
 from .schedule import SCHEDULES
-from .selection import run_instances
+from .selection import default_select, run_instances
 from .store import Store
 
 ExecutorFactory = Callable[[int], Executor]
@@ -173,7 +173,8 @@ def prepare(
     needed, so a mistake never leaves even an empty database behind.
 
     `run_settings` are RunConfig's other fields (budget, seed, trials, workers, proposer, ...); `holdout`,
-    a share of the workload's requests (the last in time), is cut off here: the run's window is the head.
+    a share of the workload's requests (the last in time), is cut off here: the run's window is the head;
+    `select` None (or absent) is the default for the split (search/selection.py).
     """
     found = load_target(target)
     workload, values = resolve(found, workload, options)
@@ -184,7 +185,10 @@ def prepare(
     if unknown:
         raise UserError(f"unknown run setting {unknown[0]!r}")
     held = {"holdout": cut.to_json()} if cut else {}
-    config = RunConfig(target=target, workload=workload, options=values, **run_settings, **held)
+    select = run_settings.pop("select", None) or default_select(cut is not None)
+    config = RunConfig(
+        target=target, workload=workload, options=values, select=select, **run_settings, **held
+    )
     check_settings(config)
     run_instances(found, workload, values, config.select)  # a bad trace or size fails here, nothing stored
     return config

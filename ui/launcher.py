@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from search.selection import WHOLE
-
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -42,8 +40,9 @@ class SearchSettings:
     """MODEL=PROMPT,COMPLETION in USD per million tokens, one per priced model."""
     holdout: float | None = None
     """The share of the workload's requests, the last in time, held out to judge the best on."""
-    select: str = WHOLE
-    """What candidates are ranked on: the whole window, or `unseen` (after the train share, warm)."""
+    select: str | None = None
+    """What candidates are ranked on: the whole window, or `unseen` (after the train share, warm); None: the
+    default for the split (unseen with a held-out share, else the window)."""
 
 
 def _value(value: Any) -> str:
@@ -65,7 +64,7 @@ def search_argv(db: str, s: SearchSettings) -> list[str]:
     argv += ["--trials", str(s.trials), "--workers", str(s.workers)]
     if s.holdout is not None:
         argv += ["--holdout", str(s.holdout)]
-    if s.select != WHOLE:
+    if s.select is not None:
         argv += ["--select", s.select]
     for model in s.models:
         argv += ["--model", model]

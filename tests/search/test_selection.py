@@ -1,5 +1,6 @@
-"""`--select`: what a search ranks its candidates on. By default the target's eval instances (the whole
-window); with `unseen`, the window after the train share the constants were tuned on, replayed warm."""
+"""`--select`: what a search ranks its candidates on. `window`: the target's eval instances (the whole
+window); `unseen`: the window after the train share the constants were tuned on, replayed warm. A run that
+holds out a tail ranks on `unseen` unless told otherwise; one that does not, on its window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from in_process import InProcess
 import targets
 from search.cli import main
 from search.errors import UserError
+from search.loop import RunConfig
 from search.proposers.evolve import EvolveProposer
 from search.selection import UNSEEN, WHOLE, run_instances
 from search.service import RunService, prepare
@@ -22,8 +24,17 @@ WORKLOAD = str(shipped_workload_path())
 OPTIONS = {"capacity": 300, "requests": "0:300"}
 
 
-def test_the_default_ranks_on_the_targets_own_instances() -> None:
+def test_window_ranks_on_the_targets_own_instances() -> None:
     assert run_instances(KV, WORKLOAD, OPTIONS, WHOLE) == KV.instances(WORKLOAD, OPTIONS)
+
+
+def test_a_run_ranks_on_unseen_by_default_only_when_it_holds_out_a_tail() -> None:
+    assert prepare("kv", None, OPTIONS, budget=2).select == WHOLE
+    assert prepare("kv", None, OPTIONS, budget=2, holdout="0.33").select == UNSEEN
+    assert prepare("kv", None, OPTIONS, budget=2, holdout="0.33", select=WHOLE).select == WHOLE
+    stored = prepare("kv", None, OPTIONS, budget=2, holdout="0.33").to_json()
+    del stored["select"]
+    assert RunConfig.from_json(stored).select == WHOLE, "a run stored before the default resumes as it ran"
 
 
 def test_unseen_ranks_on_the_window_after_the_train_share_replayed_warm() -> None:
@@ -51,9 +62,11 @@ def test_a_target_without_a_request_window_or_a_bad_choice_is_one_line() -> None
         run_instances(KV, WORKLOAD, OPTIONS, "tail")
 
 
-def test_a_search_with_unseen_scores_its_candidates_and_baselines_on_that_window(tmp_path: Path) -> None:
+def test_a_search_holding_out_a_tail_scores_candidates_and_baselines_on_the_unseen_part(
+    tmp_path: Path,
+) -> None:
     runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
-    config = prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, select=UNSEEN, holdout="0.33")
+    config = prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, holdout="0.33")
     info = runs.record(config)
     runs.execute(info.run_id, InProcess(), EvolveProposer())
     read = runs.read

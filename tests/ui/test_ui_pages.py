@@ -262,7 +262,8 @@ def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_
     labels = {w.label for w in [*at.number_input, *at.text_input, *at.selectbox, *at.checkbox]}
     for option in load_target("kv").options:
         assert f"{option.name} ({option.type})" in labels
-    assert at.radio(key="select").options == ["window", "unseen"] and at.radio(key="select").value == "window"
+    assert at.radio(key="select").options == ["default", "window", "unseen"]
+    assert at.radio(key="select").value is None, "the split's default: unseen with a held-out share"
     assert at.number_input(key="holdout").value is None, "no holdout unless asked"
 
 

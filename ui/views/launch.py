@@ -90,9 +90,11 @@ with st.form("launch"):
     )
     select = cols[1].radio(
         "Rank candidates on",
-        SELECT_CHOICES,
+        (None, *SELECT_CHOICES),
+        format_func=lambda choice: choice or "default",
         horizontal=True,
-        help="the whole window, or what tuning never saw: the part after the train share (warm where it can)",
+        help="the whole window, or what tuning never saw: the part after the train share (warm where it "
+        "can); default: unseen with a held-out share, else the window",
         key="select",
     )
     st.subheader("Proposer")
