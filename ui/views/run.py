@@ -64,7 +64,7 @@ def header(run: RunInfo) -> None:
     if run.best:
         st.page_link(
             nav.CANDIDATE,
-            label=f"Open the best candidate (#{run.best.seq})",
+            label=f"Open the best candidate (#{run.best.seq}, id {run.best.candidate_id})",
             icon=":material/star:",
             query_params={"run": run.run_id, "candidate": str(run.best.candidate_id)},
         )
