@@ -214,7 +214,6 @@ def validate(args: argparse.Namespace) -> None:
                     f"{_flag(name)} is not an option of validate --target {args.target} ({flags})"
                 )
         values = resolve_options(validation.options, {n: known[n].parse(text) for n, text in given.items()})
-        require(f"crucible validate --target {args.target}", validation.requires)
         workload = args.workload or target.default_config()["workload"]
         if Path(workload).is_file():  # the job runs elsewhere: a path relative to here would not be found
             workload = str(Path(workload).resolve())
@@ -222,6 +221,8 @@ def validate(args: argparse.Namespace) -> None:
     except OptionError as exc:
         raise UserError(str(exc)) from None
     jobs = candidate_jobs(target, args.candidates, instance)
+    # Every mistake in the arguments is named before a missing engine dependency is.
+    require(f"crucible validate --target {args.target}", validation.requires)
     if "profile" in values:
         _err.print(measured_under(values["profile"]), markup=False, highlight=False)
     served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))

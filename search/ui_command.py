@@ -7,8 +7,10 @@ ui package (ui -> search, not the reverse), so the app's file is located without
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,11 +67,31 @@ def streamlit_command(port: int, host: str) -> list[str]:
     ]
 
 
+def check_address(host: str, port: int) -> None:
+    """Bind the address once as the server will (address reuse on, as Tornado sets it), so a host this
+    machine does not have or a port in use is one line here, not Streamlit's traceback after a claim to
+    serve."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: not an address of this machine ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(f"--port {port}: already in use on {host}; choose another port") from None
+            raise UserError(f"--host {host}: cannot serve there ({exc.strerror})") from None
+
+
 def ui(args: argparse.Namespace) -> None:
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, got {args.port}")
     if importlib.util.find_spec("streamlit") is None:
         raise UserError("the web UI needs Streamlit: pip install -e '.[ui]'")
+    check_address(args.host, args.port)
     command = streamlit_command(args.port, args.host)
     print(f"crucible ui: http://{args.host}:{args.port} on {args.db}", file=sys.stderr, flush=True)
     # This process becomes the server, so Ctrl-C and a supervisor's SIGTERM reach Streamlit itself.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from search import cli
@@ -29,3 +31,26 @@ def test_a_port_out_of_range_is_one_line(port: str, capsys: pytest.CaptureFixtur
         cli.main(["ui", "--port", port])
     assert exited.value.code == 2
     assert capsys.readouterr().err == f"crucible: error: --port must be between 1 and 65535, got {port}\n"
+
+
+def test_a_host_this_machine_does_not_have_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("streamlit", reason="needs the ui extra (streamlit)")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["ui", "--host", "10.255.255.1", "--port", "8765"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crucible: error: --host 10.255.255.1: cannot serve there") and err.count("\n") == 1
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("streamlit", reason="needs the ui extra (streamlit)")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["ui", "--port", str(port)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"crucible: error: --port {port}: already in use on 127.0.0.1; choose another port\n"
+    )
