@@ -65,7 +65,7 @@ def _score(value: float | None) -> float | None:
 
 
 def candidates(db: Path) -> list[list[dict[str, Any]]]:
-    """Every run's candidates, runs in the order they were made, each candidate as the golden file keeps it."""
+    """Every run's candidates, runs in the order they were made, each as the golden file keeps it."""
     with sqlite3.connect(db) as connection:
         runs = [r for (r,) in connection.execute("select id from run order by created_at, id")]
         found = []
