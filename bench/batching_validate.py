@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from search.cli import main as crucible
+from search.cli.main import main as crucible
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "batching" / "azure_llm_conv_2023_train.csv"

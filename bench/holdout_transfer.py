@@ -26,10 +26,10 @@ from sandbox.job import Job, Result, Tuning
 from sandbox.process import ProcessSandbox
 from search.errors import UserError
 from search.evaluation import read_program
-from search.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
-from search.readmodel import ReadModel
-from search.selection import UNSEEN, run_instances
-from search.store import BASELINE, Store, StoreError, open_engine
+from search.loop.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
+from search.loop.selection import UNSEEN, run_instances
+from search.store.readmodel import ReadModel
+from search.store.store import BASELINE, Store, StoreError, open_engine
 
 
 def ranks(values: np.ndarray) -> np.ndarray:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from search.cli import main as crucible
-from search.kernel_commands import error_table
+from search.cli.kernels import error_table
+from search.cli.main import main as crucible
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

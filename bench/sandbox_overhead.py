@@ -34,9 +34,9 @@ from sandbox.docker import DockerSandbox
 from sandbox.job import Job, Result
 from sandbox.process import ProcessSandbox
 from sandbox.worker import run
-from search.loop import Reporter, RunConfig, Search
+from search.loop.search import Reporter, RunConfig, Search
 from search.proposers.evolve import EvolveProposer
-from search.store import Store, open_engine
+from search.store.store import Store, open_engine
 
 TARGET = "kv"
 

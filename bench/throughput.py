@@ -14,7 +14,7 @@ run to its budget into a fresh store, timed from `execute` to the end (baselines
   pool and through the Dask executor (median seconds per job).
 - steady vs batch: the local pool with 4 jobs in flight, each job held for an extra 0.1-1.6 s drawn from
   a hash of its source (jobs of differing length, as LLM-written candidates and gated ones are), under
-  each schedule of search/schedule.py.
+  each schedule of search/loop/schedule.py.
 The machine's load average before and after says how much other work shared it.
 """
 
@@ -38,8 +38,8 @@ from sandbox.job import Job, Result
 from sandbox.worker import run
 from search.executors.cluster import RESOURCE, connect
 from search.proposers.evolve import EvolveProposer
-from search.service import RunService, prepare
-from search.store import Store, open_engine
+from search.service.runs import RunService, prepare
+from search.store.store import Store, open_engine
 
 if __name__ != "__main__":  # imported: the workers cannot import bench/ (a script is sent by value)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

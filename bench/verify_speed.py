@@ -15,7 +15,7 @@ import statistics
 import time
 from collections import Counter
 
-from search.loop import brief, domains
+from search.loop.search import brief, domains
 from search.proposers.base import Entry, ProposalFailed, ProposalRequest
 from search.proposers.evolve import EvolveProposer
 from targets.kv.target import KVTarget

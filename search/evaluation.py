@@ -13,16 +13,15 @@ from typing import Any
 
 from sandbox.base import Sandbox
 from sandbox.job import Job, Tuning
+from search.errors import UserError
+from search.loop.search import domains
+from search.service.runs import instances, resolve
+from search.store.readmodel import Verdict
 from targets.base import Instance, Target
 from verifiers.program import Program
 from verifiers.properties import Outcome
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check
-
-from .errors import UserError
-from .loop import domains
-from .readmodel import Verdict
-from .service import instances, resolve
 
 
 @dataclass(frozen=True)

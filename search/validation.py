@@ -26,10 +26,9 @@ from rich.table import Table
 
 from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Limits
+from search.errors import UserError
+from search.stats.signed_rank import signed_rank_p
 from targets.base import Instance, Rounds, Validation
-
-from .errors import UserError
-from .signed_rank import signed_rank_p
 
 ENGINE_LIMITS = Limits(wall_s=7200.0, memory_mb=16384, cpu_s=14400)
 """A replay in the engine runs real kernels for minutes and maps torch: far above a simulator job."""

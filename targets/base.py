@@ -397,7 +397,7 @@ class Target(Protocol):
 @runtime_checkable
 class Windowed(Protocol):
     """A target whose workloads are requests in time order and whose `requests` option (START:STOP) windows
-    them: what lets a search hold out a workload's tail (search/holdout.py)."""
+    them: what lets a search hold out a workload's tail (search/loop/holdout.py)."""
 
     def requests(self, workload: str) -> int:
         """How many requests the workload holds; WorkloadError on a bad workload."""

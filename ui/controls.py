@@ -7,9 +7,9 @@ import time
 
 import streamlit as st
 
-from search.readmodel import RunInfo
-from search.service import RunService
-from search.store import Store, open_engine
+from search.service.runs import RunService
+from search.store.readmodel import RunInfo
+from search.store.store import Store, open_engine
 from ui import launcher
 
 

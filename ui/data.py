@@ -13,8 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from search.importance import param_importances as _param_importances
-from search.readmodel import (
+from search.cli.ui import DB_ENV
+from search.stats.importance import param_importances as _param_importances
+from search.store.readmodel import (
     BaselineInfo,
     Budget,
     CandidateInfo,
@@ -26,8 +27,7 @@ from search.readmodel import (
     RunInfo,
     StudyReport,
 )
-from search.store import DEFAULT_URL, Store, StoreError, open_engine
-from search.ui_command import DB_ENV
+from search.store.store import DEFAULT_URL, Store, StoreError, open_engine
 
 TTL_S = 2.0
 """How long an answer is reused: shorter than the live pages' refresh interval."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.readmodel import (
+from search.store.readmodel import (
     BaselineInfo,
     Budget,
     CandidateInfo,

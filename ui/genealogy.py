@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from search.readmodel import CandidateInfo
+from search.store.readmodel import CandidateInfo
 
 FILL = {
     "baseline": "#e0e0e0",

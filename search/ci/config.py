@@ -14,10 +14,9 @@ from typing import Any
 
 import targets
 from sandbox.choice import BACKENDS
+from search.errors import UserError
+from search.proposers.llm import LLMConfig, ModelChoice, Price
 from targets.base import OptionError, Target, resolve_options
-
-from ..errors import UserError
-from ..proposers.llm import LLMConfig, ModelChoice, Price
 
 DEFAULT_STORE = "sqlite:///.crucible/crucible.db"
 """Beside the config file, so a CI cache of `.crucible/` keeps the previous results."""

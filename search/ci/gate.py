@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .config import Thresholds
+from search.ci.config import Thresholds
 
 Level = Literal["ok", "alert", "fail"]
 LEVELS: tuple[Level, ...] = ("ok", "alert", "fail")

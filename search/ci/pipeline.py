@@ -15,19 +15,18 @@ from typing import Any
 
 from sandbox.base import Sandbox
 from sandbox.job import Job, Result
+from search.ci.config import Champion, CIConfig, Workload
+from search.ci.gate import Check, Level, judge, relative_change, worst
+from search.errors import UserError
+from search.evaluation import Planned, checked, evaluate_baselines, plan, verify
+from search.loop.fingerprint import fingerprint
+from search.loop.search import Reporter, RunConfig
+from search.proposers.base import Proposer
+from search.service.runs import RunService, load_target
+from search.store.readmodel import mean_metrics
+from search.store.store import BASELINE, Candidate, Evaluation
 from targets.base import Target
 from verifiers.program import Program
-
-from ..errors import UserError
-from ..evaluation import Planned, checked, evaluate_baselines, plan, verify
-from ..fingerprint import fingerprint
-from ..loop import Reporter, RunConfig
-from ..proposers.base import Proposer
-from ..readmodel import mean_metrics
-from ..service import RunService, load_target
-from ..store import BASELINE, Candidate, Evaluation
-from .config import Champion, CIConfig, Workload
-from .gate import Check, Level, judge, relative_change, worst
 
 RECORD = "ci"
 """The proposer of the runs that record a job's scores of a champion, and the kind of the event naming it."""

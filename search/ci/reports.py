@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from .gate import Level
-from .pipeline import ChampionResult
+from search.ci.gate import Level
+from search.ci.pipeline import ChampionResult
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
 

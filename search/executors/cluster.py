@@ -20,8 +20,7 @@ from typing import Any
 from sandbox.base import Sandbox
 from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Result
-
-from ..errors import UserError
+from search.errors import UserError
 
 RESOURCE = "sandbox"
 """The worker resource one job holds."""

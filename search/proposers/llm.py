@@ -20,9 +20,9 @@ from typing import Any
 
 import openai
 
-from .base import Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
-from .edits import Edit, EditError, apply_reply
-from .prompting import Templates
+from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
+from search.proposers.edits import Edit, EditError, apply_reply
+from search.proposers.prompting import Templates
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_URL = "https://api.openai.com/v1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .base import Proposal, ProposalFailed, ProposalRequest, Proposer
+from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, Proposer
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from search.proposers.base import Entry, ProposalRequest, TargetBrief
 from verifiers.static import CALLS, MAX_RANGE
-
-from .base import Entry, ProposalRequest, TargetBrief
 
 NAMES = ("system.md", "user.md", "repair.md")
 CONTEXT = frozenset(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from search.cli import main
-from search.signed_rank import signed_rank_p
+from search.cli.main import main
+from search.stats.signed_rank import signed_rank_p
 from search.validation import SETTLING_LEVEL, kendall_tau, report, summary
 from targets.base import Check
 from targets.costmodel.model import COLLECTIVES, OPERATORS, CostModel, load_profile

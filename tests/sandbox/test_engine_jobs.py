@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sandbox.docker import DockerSandbox
-from search.cli import main
+from search.cli.main import main
 
 pytestmark = [pytest.mark.docker, pytest.mark.torch]
 

@@ -18,11 +18,11 @@ from distributed import Client, LocalCluster
 from in_worker import InWorker
 
 from sandbox.process import ProcessSandbox
-from search.cli import main
+from search.cli.main import main
 from search.executors.cluster import RESOURCE, HostSandbox, _sandbox_here, connect
 from search.proposers.evolve import EvolveProposer
-from search.service import RunService, prepare
-from search.store import Store, open_engine
+from search.service.runs import RunService, prepare
+from search.store.store import Store, open_engine
 
 CONFIG = prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=2, workers=2, seed=11)
 cloudpickle.register_pickle_by_value(in_worker)  # the workers cannot import this tests folder

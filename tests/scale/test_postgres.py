@@ -15,11 +15,11 @@ from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
 from sandbox.job import Job, Result
-from search.cli import main
+from search.cli.main import main
 from search.proposers.evolve import EvolveProposer
-from search.schema import VERSION_TABLE, head, revision
-from search.service import RunService, prepare
-from search.store import Store, open_engine
+from search.service.runs import RunService, prepare
+from search.store.migrate import VERSION_TABLE, head, revision
+from search.store.store import Store, open_engine
 
 pytestmark = pytest.mark.postgres
 

@@ -13,8 +13,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 from sqlmodel import SQLModel
 
-from search.schema import VERSION_TABLE, head, revision
-from search.store import Store, StoreError, open_engine
+from search.store.migrate import VERSION_TABLE, head, revision
+from search.store.store import Store, StoreError, open_engine
 
 BEFORE_MIGRATIONS = """
 create table run (id varchar primary key, target varchar not null, status varchar not null,

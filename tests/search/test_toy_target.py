@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import targets
-from search import kernel_commands
-from search.cli import main
+from search.cli import kernels as kernel_commands
+from search.cli.main import main
 
 TOY = Path(__file__).with_name("toy_plugin") / "toy_cache"
 ENTRY_POINTS = "[crucible.targets]\ntoy = toy_cache.target:ToyCacheTarget\n"

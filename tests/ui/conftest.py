@@ -12,7 +12,7 @@ pytest.importorskip("streamlit")
 from seeded_store import Seeded, seed
 from streamlit.testing.v1 import AppTest
 
-from search.ui_command import DB_ENV, app_path
+from search.cli.ui import DB_ENV, app_path
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from search import cli
-from search.readmodel import ReadModel, RunInfo
-from search.store import Store, open_engine
+from search.store.readmodel import ReadModel, RunInfo
+from search.store.store import Store, open_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
 from scripted_llm import Reply, ScriptedLLM, program  # the LLM tests' endpoint

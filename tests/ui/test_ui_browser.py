@@ -23,8 +23,8 @@ import pytest
 from seeded_store import Seeded
 
 from search import cli
-from search.readmodel import ReadModel
-from search.store import Store, open_engine
+from search.store.readmodel import ReadModel
+from search.store.store import Store, open_engine
 
 pytestmark = pytest.mark.browser
 

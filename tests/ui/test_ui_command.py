@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from search import cli
-from search.ui_command import app_path, streamlit_command
+from search.cli.ui import app_path, streamlit_command
 
 
 def test_the_app_is_the_ui_packages_entry_file() -> None:

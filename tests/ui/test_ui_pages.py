@@ -13,8 +13,8 @@ from streamlit.testing.v1 import AppTest
 from sandbox.process import ProcessSandbox
 from search.errors import UserError
 from search.proposers.evolve import EvolveProposer
-from search.service import RunService
-from search.store import Store, open_engine
+from search.service.runs import RunService
+from search.store.store import Store, open_engine
 
 
 def texts(at: AppTest) -> str:
@@ -256,7 +256,7 @@ def test_compare_a_candidate_with_a_baseline_and_another_candidate(seeded: Seede
 
 
 def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_page) -> None:
-    from search.service import load_target
+    from search.service.runs import load_target
 
     at = open_page(seeded.url, "views/launch.py")
     labels = {w.label for w in [*at.number_input, *at.text_input, *at.selectbox, *at.checkbox]}

@@ -7,8 +7,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from search import cli
-from search.readmodel import ReadModel, StudyReport
-from search.store import Store, open_engine
+from search.store.readmodel import ReadModel, StudyReport
+from search.store.store import Store, open_engine
 
 OBJECTIVES = ["--objective", "ttft_p99_ms", "--objective", "tpot_p99_ms"]
 TUNE = ["tune", "--target", "batching", "--policy", "fcfs", "--set", "requests=0:40", "--set", "load=1.5"]

@@ -11,8 +11,8 @@ from typing import Any
 import streamlit as st
 
 from search.errors import UserError
-from search.selection import CHOICES as SELECT_CHOICES
-from search.service import load_target, prepare, target_names
+from search.loop.selection import CHOICES as SELECT_CHOICES
+from search.service.runs import load_target, prepare, target_names
 from ui import data, launcher, nav
 
 SANDBOXES = ("auto", "process", "docker")  # `crucible search --sandbox`: auto prefers Docker where it runs

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from search.readmodel import CandidateInfo, HoldoutReport, RunInfo, StudyReport
-from search.selection import UNSEEN
+from search.loop.selection import UNSEEN
+from search.store.readmodel import CandidateInfo, HoldoutReport, RunInfo, StudyReport
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()

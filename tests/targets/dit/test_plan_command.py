@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from search.cli import main
+from search.cli.main import main
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

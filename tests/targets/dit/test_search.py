@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from search.cli import main
+from search.cli.main import main
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 import pytest
 
-from search.loop import brief
+from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
 from search.proposers.evolve import EvolveProposer
 from search.proposers.prompting import Templates

@@ -1,0 +1,250 @@
+"""`crucible profile` and `crucible validate`: real kernels behind the simulators' cost models."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+import targets
+from sandbox.choice import BACKENDS
+from search.errors import UserError
+from search.validation import (
+    candidate_jobs,
+    report,
+    require,
+    run_candidates,
+    simulated_again,
+    summary,
+    table,
+    unresolved_pairs,
+)
+from targets.base import Option, OptionError, Validation, resolve_options
+from targets.costmodel.model import Profile, ProfileError, load_profile
+from targets.costmodel.shapes import MODELS, TINY
+
+_err = Console(stderr=True)
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the subcommands on the CLI's subparsers."""
+    p = sub.add_parser("profile", help="measure kernel times with PyTorch and fit the cost model")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--output", "-o", default="profile.json", help="profile file to write")
+    p.add_argument("--name", help="the profile's name (default: from the device)")
+    p.add_argument("--model", choices=sorted(MODELS), default=TINY.name, help="shapes to measure at")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (sandbox jobs use 1)")
+    p.add_argument("--groups", default="2", help="comma-separated process counts for collectives")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs per shape (the median is kept)")
+    p.add_argument("--block", type=int, default=8, help="KV block size in tokens of the attention kernels")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-back split")
+    p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured H100 CSVs instead")
+    p.add_argument("--json", action="store_true", help="the profile's summary as JSON on stdout")
+
+    _validate_parser(sub)
+
+
+def profile(args: argparse.Namespace) -> None:
+    try:
+        groups = tuple(int(g) for g in args.groups.split(",") if g)
+    except ValueError:
+        raise UserError(f"--groups takes comma-separated integers, got {args.groups!r}") from None
+    if any(g < 2 for g in groups) or args.threads < 1 or args.repeats < 1 or args.block < 1:
+        raise UserError("--groups need 2 or more processes; --threads, --repeats, --block at least 1")
+    try:
+        if args.from_vidur:
+            from targets.costmodel.vidur import import_vidur
+
+            result = import_vidur(args.from_vidur, seed=args.seed)
+        else:
+            require("crucible profile", ("torch",))
+            import torch
+
+            from targets.costmodel.profiler import Settings
+            from targets.costmodel.profiler import profile as measure
+
+            if args.device == "cuda" and torch.cuda.device_count() < 1:
+                raise UserError("--device cuda: no CUDA device is visible")
+            if args.device == "cuda" and max(groups) > torch.cuda.device_count():
+                groups = tuple(g for g in groups if g <= torch.cuda.device_count())
+                _err.print(f"NCCL groups limited to {torch.cuda.device_count()} visible GPUs", markup=False)
+            settings = Settings(
+                device=args.device, threads=args.threads, repeats=args.repeats, groups=groups, seed=args.seed
+            )
+            name = args.name or f"{args.device}-measured"
+            with _err.status("measuring") as status:
+                result = measure(MODELS[args.model], settings, name, args.block, status.update)
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
+    result.save(args.output)
+    if args.json:
+        print(json.dumps(profile_summary(result, args.output), indent=2))
+    else:
+        Console().print(error_table(result))
+    _err.print(f"wrote {args.output}", markup=False)
+
+
+def profile_summary(profile: Profile, output: str) -> dict[str, Any]:
+    """What `profile --json` prints: where the profile went, what it measured, and each fit's terms,
+    coefficients and error on the measurements held back from it (null where none were)."""
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    fits = [*profile.operators.items()]
+    fits += [(f"{op}/{g}", f) for op, by in profile.collectives.items() for g, f in by.items()]
+    return {
+        "output": str(Path(output).resolve()),
+        "name": profile.name,
+        "device": profile.device,
+        "source": profile.source,
+        "model": profile.model.name,
+        "fits": [
+            {
+                "operator": name,
+                "terms": list(fit.terms),
+                "coef_ms": list(fit.coef),
+                "samples": len(fit.samples),
+                "held_back": held_back,
+                "median_error": number(median),
+                "worst_error": number(worst),
+            }
+            for name, fit in fits
+            for median, worst, held_back in [fit.errors()]
+        ],
+    }
+
+
+def error_table(profile: Profile) -> Table:
+    """Median and worst relative error of each fit on the measurements it did not see."""
+    table = Table(title=f"profile {profile.name} ({profile.device}): fit error on held-back measurements")
+    for col in ("operator", "held back", "median error", "worst error"):
+        table.add_column(col, justify="right" if col != "operator" else "left")
+    for op, median, worst, n in profile.error_table():
+        table.add_row(op, str(n), f"{median:.1%}", f"{worst:.1%}")
+    return table
+
+
+@functools.cache
+def _validations() -> dict[str, Validation]:
+    """target name -> its Validation, for the targets that declare one (loaded once)."""
+    found: dict[str, Validation] = {}
+    for name in targets.names():
+        declared = getattr(targets.load(name), "validation", lambda: None)()  # a target may predate it
+        if declared is not None:
+            found[name] = declared
+    return found
+
+
+def measured_under(profile: str) -> str:
+    """Where and under what load the pricing profile was measured, beside the load now: a CPU runs the
+    same kernels slower on a loaded machine, so a profile of another load biases every figure alike."""
+    try:
+        meta = load_profile(profile).meta
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
+    load = meta.get("load_average")
+    then = f"load average {load[0]:g} to {load[1]:g}" if load else "load not recorded"
+    date = meta.get("date", "on an unrecorded date")
+    return f"profile {profile}: measured {date}, {then}; load average now {os.getloadavg()[0]:.2f}"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _validate_parser(sub: Any) -> None:
+    """`crucible validate`: the common flags, and one flag per option any target's validation declares."""
+    v = sub.add_parser("validate", help="rank policies in the simulator and in the real engine, side by side")
+    validated = tuple(_validations())
+    v.add_argument("--target", default=validated[0] if validated else None, choices=validated)
+    v.add_argument(
+        "--candidates",
+        nargs="+",
+        required=True,
+        help="heuristic files, or names of the target's baselines (a wrong name lists them)",
+    )
+    v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
+    v.add_argument("--sandbox", default="auto", choices=BACKENDS)
+    v.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    v.add_argument("--check", action="store_true", help="exit 1 if a check the target declares fails")
+    declared: dict[str, list[tuple[str, Option]]] = {}
+    for target, validation in _validations().items():
+        for o in validation.options:
+            declared.setdefault(o.name, []).append((target, o))
+    group = v.add_argument_group("options of the target's validation")
+    for name, options in declared.items():
+        group.add_argument(_flag(name), dest=f"option_{name}", metavar=name.upper(), help=_help(options))
+
+
+def _help(options: list[tuple[str, Option]]) -> str:
+    """One option's help over the targets that declare it: the doc and allowed values once if they agree."""
+    first = options[0][1]
+    if all((o.doc, o.allowed()) == (first.doc, first.allowed()) for _, o in options):
+        same = len({o.default for _, o in options}) == 1
+        shown = str(first.default) if same else ", ".join(f"{t} {o.default}" for t, o in options)
+        targets_ = "/".join(t for t, _ in options)
+        return f"{first.doc} ({targets_}; {first.allowed()}; default {shown})"
+    return " | ".join(f"{t}: {o.doc} ({o.allowed()}; default {o.default})" for t, o in options)
+
+
+def validate(args: argparse.Namespace) -> None:
+    validation = _validations()[args.target]
+    target = targets.load(args.target)
+    known = {o.name: o for o in validation.options}
+    given = {
+        name[len("option_") :]: text
+        for name, text in vars(args).items()
+        if name.startswith("option_") and text is not None
+    }
+    try:
+        for name in given:
+            if name not in known:
+                flags = ", ".join(_flag(n) for n in known)
+                raise OptionError(
+                    f"{_flag(name)} is not an option of validate --target {args.target} ({flags})"
+                )
+        values = resolve_options(validation.options, {n: known[n].parse(text) for n, text in given.items()})
+        workload = args.workload or target.default_config()["workload"]
+        if Path(workload).is_file():  # the job runs elsewhere: a path relative to here would not be found
+            workload = str(Path(workload).resolve())
+        instance = validation.instance(workload, values)
+    except OptionError as exc:
+        raise UserError(str(exc)) from None
+    jobs = candidate_jobs(target, args.candidates, instance)
+    # Every mistake in the arguments is named before a missing engine dependency is.
+    require(f"crucible validate --target {args.target}", validation.requires)
+    if "profile" in values:
+        _err.print(measured_under(values["profile"]), markup=False, highlight=False)
+    served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
+    measured: dict[str, Any] = {}
+    unresolved: set[tuple[str, str]] = set()
+    if validation.calibrated:
+        with tempfile.TemporaryDirectory(prefix="crucible-validate-") as folder:
+            calibration = validation.calibrated(instance, values, served, Path(folder))
+            if calibration:
+                measured = calibration.figures
+                served = simulated_again(served, jobs, calibration.priced, args.sandbox)
+                metric = validation.ranked.simulated
+                unresolved = unresolved_pairs(served, jobs, calibration.band, metric, args.sandbox)
+    result = report(validation, served, measured, unresolved)
+    if args.json:
+        print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
+    else:
+        console = Console()
+        out = table(validation, instance.label, result)
+        if not console.is_terminal:  # piped output is as wide as the table, never cut at 80 columns
+            console = Console(width=max(80, Console(width=100_000).measure(out).maximum))
+        console.print(out)
+        for line in summary(validation, result):
+            console.print(line, highlight=False, markup=False)
+    if args.check and not all(check["passed"] for check in result["checks"]):
+        raise SystemExit(1)

@@ -1,0 +1,1 @@
+"""The search loop: the program database, the schedule, novelty, and the instances a run is scored on."""

@@ -1,0 +1,582 @@
+"""One search run: propose, screen, evaluate in the sandbox, record, repeat until the budget is spent.
+
+`workers` jobs are kept in flight and a freed slot takes the next candidate at once (the steady state of
+search/loop/schedule.py). Candidate `seq` draws its randomness from the run's seed and `seq`, and is proposed
+from the results of exactly the candidates its schedule names, so the run is the same whatever order the
+jobs finish in, and a resumed run re-runs the pending candidates before proposing new ones.
+
+Novelty is judged twice: before anything runs, a program that is an earlier one up to layout and
+docstrings (its AST fingerprint) is discarded and proposed again; in the sandbox, a candidate that ranks
+the target's behaviour sample as a program of its view already evaluated did (its behaviour signature) is a
+behavioural duplicate: its job stops before tuning, and it is recorded as such and not scored. It spends
+none of the candidate budget, but at most as many again as the budget are proposed in all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from itertools import takewhile
+from typing import Any
+
+import targets
+from sandbox.base import Sandbox
+from sandbox.job import Job, Limits, Result, Tuning
+from search.loop.database import ProgramDatabase
+from search.loop.fingerprint import fingerprint
+from search.loop.schedule import Schedule, schedule_for
+from search.loop.selection import WHOLE, run_instances
+from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
+from search.store.readmodel import mean_metrics
+from search.store.store import BASELINE, Candidate, Evaluation, Run, Store, Verification
+from targets.base import Target
+from verifiers.program import Program
+from verifiers.properties import Domain, Outcome
+from verifiers.smt import Verifier
+from verifiers.static import StaticError, check
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; stored as JSON so the run can be resumed and reproduced."""
+
+    target: str
+    workload: str
+    """A file (stored as an absolute path) or a generator spec the target understands."""
+    options: dict[str, Any]
+    """The target's options (its declared `Option`s), defaults filled in: what `instances()` is given."""
+    budget: int = 300
+    seed: int = 0
+    trials: int = 32
+    """Optuna trials per candidate: TPE engages after 10; the mean tuned score levels off by 32 (README)."""
+    workers: int = 2
+    islands: int = 4
+    proposer: str = "evolve"
+    time_budget_s: float | None = None
+    gate_top_k: int = 8
+    migrate_every: int = 25
+    limits: dict[str, Any] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)
+    """The LLM proposer's settings (`search.proposers.llm.LLMConfig`) for the llm and mix proposers."""
+    max_cost_usd: float | None = None
+    """Stop (resumably) once the proposals have cost this much, failed ones included."""
+    max_tokens: int | None = None
+    """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
+    seeds: dict[str, str] = field(default_factory=dict)
+    """More heuristics (name -> source) run like the baselines and seeding the islands (a CI champion)."""
+    schedule: str = "steady"
+    """steady (a freed slot takes the next candidate) | batch (the older loop; the benchmark's baseline)."""
+    holdout: dict[str, Any] = field(default_factory=dict)
+    """The time split of `--holdout` (loop/holdout.py: share, head, tail windows); {} for none."""
+    select: str = WHOLE
+    """What candidates are ranked on (loop/selection.py): the whole window, or what tuning never saw."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        fields = dict(data)
+        if "target_config" in fields:  # stored before options were declared by the targets
+            fields["options"] = fields.pop("target_config")
+        return cls(**fields)
+
+
+class BaselineFailed(RuntimeError):
+    """A baseline could not be evaluated on the run's workload: the run cannot be compared, so it fails."""
+
+
+class Reporter:
+    """Receives progress; the CLI draws it on stderr, tests stay silent."""
+
+    def started(self, run_id: str, done: int, budget: int) -> None: ...
+
+    def candidate(self, done: int, budget: int, best: float | None, status: str) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+def brief(target: Target) -> TargetBrief:
+    return TargetBrief(
+        name=target.name,
+        description=target.description,
+        signatures=target.signatures,
+        registries={s.name: target.registry(s.name) for s in target.signatures},
+        objective=target.objective.metric,
+        direction=target.objective.direction,
+    )
+
+
+def domains(target: Target) -> dict[str, Domain]:
+    """The input domain of each decision function, as the verifier reads it."""
+    return {s.name: target.registry(s.name).domain() for s in target.signatures}
+
+
+class Search:
+    """Drives one run against a store, a sandbox and a proposer; holds no state the store lacks.
+
+    Sandbox jobs go to the `executor` it is given (anything shaped like `concurrent.futures.Executor`: a
+    local pool, a process pool, a cluster's client) and come back in order, so the results are the same
+    whichever runs them. Jobs and results are plain picklable data; the sandbox must pickle too.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run: Run,
+        sandbox: Sandbox,
+        proposer: Proposer,
+        reporter: Reporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        executor: Executor,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.config = RunConfig.from_json(json.loads(run.config))
+        self.sandbox = sandbox
+        self.proposer = proposer
+        self.reporter = reporter or Reporter()
+        self.clock = clock
+        self.executor = executor
+        self.target = targets.load(self.config.target)
+        self.instances = run_instances(
+            self.target, self.config.workload, self.config.options, self.config.select
+        )
+        self.maximize = self.target.objective.direction == "maximize"
+        self.database = ProgramDatabase(islands=self.config.islands)
+        self.domains = domains(self.target)
+        self.verifier = Verifier()
+        self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
+        self.history: list[Candidate] = []
+        """The run's candidates by seq (baselines aside), each updated as its job finishes."""
+        self.anchors: list[Candidate] = []
+        """The run's baselines (and seeds), evaluated before any candidate."""
+        self.admitted = 0
+        """How many of `history` the program database holds."""
+        self.best: float | None = None
+        self.done = 0
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(**self.config.limits)
+
+    def execute(self) -> None:
+        """Run (or resume) until the candidate budget or the time budget is spent; the store has the rest.
+
+        Raises BaselineFailed (the run is then marked failed with the reason) when a baseline cannot run.
+        """
+        with self.verifier:  # its child process ends with the run
+            self._execute(self.executor)
+
+    def _execute(self, pool: Executor) -> None:
+        started = self.clock()
+        self.store.start_run(self.run.id, os.getpid(), socket.gethostname())
+        try:
+            self._ensure_baselines(pool)
+        except BaselineFailed as exc:
+            self.store.set_run_status(self.run.id, "failed", str(exc))
+            self.store.log(self.run.id, "failed", str(exc))
+            raise
+        rows = list(self.store.candidates(self.run.id))
+        for row in rows:
+            self._note_best(row)
+            if row.proposer == BASELINE:
+                self._admit(row)
+        self.history = [row for row in rows if row.proposer != BASELINE]
+        self.anchors = [row for row in rows if row.proposer == BASELINE]
+        self.done = sum(row.status not in ("pending", "duplicate") for row in self.history)
+        self.reporter.started(self.run.id, self.done, self.config.budget)
+        running = {self._submit(pool, row): row for row in self.history if row.status == "pending"}
+        seq = max((row.seq for row in rows), default=-1) + 1
+        stop, exhausted = "", False
+        while True:
+            if not stop and self.config.time_budget_s and self.clock() - started > self.config.time_budget_s:
+                stop = "time budget spent"
+            free = min(self.schedule.workers - len(running), self._room())
+            seqs = [] if stop or exhausted else list(takewhile(self._ready, range(seq, seq + max(free, 0))))
+            if seqs and (stop := self._cap_reached()):
+                seqs = []
+            if seqs:
+                proposed = self._propose_group(seqs)
+                seq += len(seqs)
+                if not proposed:
+                    stop = self._cap_reached()
+                    exhausted = not stop
+                for row in proposed:  # in self.history already
+                    if row.status == "pending":
+                        running[self._submit(pool, row)] = row
+                    else:
+                        self._finished(row)
+            if not running:
+                if seqs:  # every one proposed was rejected before it ran: propose again
+                    continue
+                break
+            timeout = None if stop else self._time_left(started)
+            finished, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: running[f].seq):
+                row = running.pop(future)
+                self._record(row, _outcome(future))
+                self._finished(row)
+        if exhausted:
+            self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
+        if stop:
+            self.store.set_run_status(self.run.id, "stopped", stop)
+            self.store.log(self.run.id, "stopped", stop)
+        else:  # an exhausted proposer ends the run short of its budget: the run says so
+            short = f"the proposer produced no new candidate after {self.done} of {self.config.budget}"
+            self.store.set_run_status(self.run.id, "finished", short if exhausted else "")
+
+    def _room(self) -> int:
+        """How many more candidates the budget allows: a behavioural duplicate spends none of it (a pending
+        candidate counts as spent), and no more than twice the budget are proposed in all."""
+        alike = sum(row.status == "duplicate" for row in self.history)
+        budget = self.config.budget
+        return min(budget - (len(self.history) - alike), 2 * budget - len(self.history))
+
+    def _finished(self, row: Candidate) -> None:
+        self.done += row.status != "duplicate"
+        self._note_best(row)
+        self.reporter.candidate(self.done, self.config.budget, self.best, row.status)
+
+    def _note_best(self, row: Candidate) -> None:
+        """The best score recorded so far (baselines included), for the progress line."""
+        if row.status != "evaluated" or row.score is None:
+            return
+        if self.best is None or (row.score > self.best) == self.maximize:
+            self.best = row.score
+
+    def _time_left(self, started: float) -> float | None:
+        """How long to wait for a job before the time budget is looked at again."""
+        if not self.config.time_budget_s:
+            return None
+        return max(0.0, self.config.time_budget_s - (self.clock() - started)) + 0.01
+
+    def _submit(self, pool: Executor, row: Candidate) -> Future[Result]:
+        return pool.submit(self.sandbox.run, self._job(row))
+
+    def _ready(self, seq: int) -> bool:
+        """Whether every candidate that candidate `seq` is proposed from has finished."""
+        end = self.schedule.view_end(seq)
+        return all(row.status != "pending" for row in self.history if row.seq < end)
+
+    def _view(self, seq: int) -> list[Candidate]:
+        """The finished candidates that candidate `seq` is proposed (and gated) from, by seq."""
+        end = self.schedule.view_end(seq)
+        return [row for row in self.history if row.seq < end]
+
+    def _advance(self, seq: int) -> None:
+        """Admit to the program database, in seq order, every candidate of `seq`'s view not yet in it;
+        islands migrate every `migrate_every` candidates, as the run grew."""
+        for row in self._view(seq)[self.admitted :]:
+            self._admit(row)
+            self.admitted += 1
+            if self.admitted % self.config.migrate_every == 0:
+                self.database.migrate()
+
+    def _ensure_baselines(self, pool: Executor) -> None:
+        """Evaluate every baseline once per run; they seed the islands and anchor the report."""
+        existing = {row.name: row for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
+        rows = []
+        for i, (name, source) in enumerate({**self.target.baselines(), **self.config.seeds}.items()):
+            row = existing.get(name) or self.store.add_candidate(
+                Candidate(
+                    run_id=self.run.id,
+                    seq=-1 - i,
+                    name=name,
+                    source=source,
+                    fingerprint=fingerprint(source),
+                    island=i % self.config.islands,
+                    proposer=BASELINE,
+                )
+            )
+            if row.status == "pending":
+                rows.append(row)
+        done = {e.policy for e in self.store.evaluations(self.run.id) if e.policy}
+        builtins = [n for n in self.target.builtin_baselines() if n not in done]
+        if not rows and not builtins:
+            return
+        self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
+        eval_only = tuple(i for i in self.instances if i.role == "eval")
+        jobs = [self._job(row, tune=False) for row in rows]
+        jobs += [
+            Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
+        ]
+        results = list(pool.map(self.sandbox.run, jobs))
+        names = [row.name for row in rows] + builtins
+        for name, result in zip(names, results, strict=True):
+            if result.status != "ok":
+                raise BaselineFailed(f"baseline {name} failed: {result.status}: {result.message}")
+        for row, result in zip(rows, results, strict=False):
+            self._record(row, result)
+        for name, result in zip(builtins, results[len(rows) :], strict=True):
+            self.store.add_evaluations(self._evaluations(None, result, policy=name))
+
+    def _propose_group(self, seqs: list[int]) -> list[Candidate]:
+        """New candidates for `seqs`; a proposer with concurrency > 1 writes several at the same time.
+
+        Each draws its island, parent and inspirations from its own view, in seq order. One at a time,
+        each also sees the rejections of those before it; side by side (an LLM endpoint's concurrency),
+        all are drawn before any is written. These threads only wait on the proposer's calls.
+        """
+        taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
+        lock = threading.Lock()
+        width = min(self.proposer.concurrency, len(seqs))
+        if width <= 1:
+            rows = []
+            for seq in seqs:
+                row = self._propose(*self._draw(seq), taken, lock)
+                if row is not None:
+                    self.history.append(row)
+                    rows.append(row)
+            return rows
+        draws = [self._draw(seq) for seq in seqs]
+        with ThreadPoolExecutor(max_workers=width) as threads:
+            written = list(threads.map(lambda draw: self._propose(*draw, taken, lock), draws))
+        rows = [row for row in written if row is not None]
+        self.history.extend(rows)
+        return rows
+
+    def _draw(
+        self, seq: int
+    ) -> tuple[int, random.Random, tuple[int, Entry, tuple[Entry, ...]], tuple[str, ...]]:
+        """What candidate `seq` is written from: its random stream, island, parent, inspirations and the
+        failures to avoid."""
+        self._advance(seq)
+        rng = random.Random(f"{self.config.seed}:{seq}")
+        return seq, rng, self.database.sample(rng), self._recent_failures(seq)
+
+    def _propose(
+        self,
+        seq: int,
+        rng: random.Random,
+        drawn: tuple[int, Entry, tuple[Entry, ...]],
+        failures: tuple[str, ...],
+        taken: set[str],
+        lock: threading.Lock,
+    ) -> Candidate | None:
+        """Propose until a new (unseen) program comes out, and record it before anything runs."""
+        island, parent, inspirations = drawn
+        for attempt in range(20):
+            if self._cap_reached():
+                return None
+            request = ProposalRequest(
+                target=brief(self.target),
+                parent=parent,
+                inspirations=inspirations,
+                failures=failures,
+                seed=rng.randrange(2**31) + attempt,
+                repeated=self._repeated(seq, parent.candidate_id),
+            )
+            try:
+                proposal = self.proposer.propose(request)
+            except ProposalFailed as exc:
+                self.store.log(
+                    self.run.id,
+                    "proposal-failed",
+                    str(exc),
+                    proposer=exc.proposer or self.proposer.name,
+                    model=exc.model,
+                    tokens=exc.tokens,
+                    cost_usd=exc.cost_usd,
+                )
+                continue
+            mark = fingerprint(proposal.source)
+            with lock:
+                duplicate = mark in taken
+                taken.add(mark)
+            if duplicate:  # counted where the budget went (`runs show`), then proposed again
+                self.store.log(
+                    self.run.id,
+                    "proposal-duplicate",
+                    f"the same program as an earlier candidate (parent #{parent.candidate_id})",
+                    proposer=proposal.proposer,
+                    model=proposal.model,
+                )
+                continue
+            row = Candidate(
+                run_id=self.run.id,
+                seq=seq,
+                source=proposal.source,
+                fingerprint=mark,
+                parent_id=parent.candidate_id,
+                inspirations=json.dumps([e.candidate_id for e in inspirations]),
+                island=island,
+                proposer=proposal.proposer,
+                model=proposal.model,
+                note=proposal.note,
+                tokens=proposal.tokens,
+                cost_usd=proposal.cost_usd,
+            )
+            rejection, outcomes = self._screen(proposal.source)
+            if rejection:
+                row.status, row.message = "rejected", rejection
+            return self.store.add_candidate(row, [_verification(self.run.id, o) for o in outcomes])
+        return None
+
+    def _screen(self, source: str) -> tuple[str, list[Outcome]]:
+        """Checks that need no sandbox: the static check, then Z3 on the target's properties.
+
+        An empty rejection means the candidate may run: only a counterexample to a hard property rejects
+        it; an unknown verdict is recorded as unverified, never as proved.
+        """
+        try:
+            program = self._program(source)
+        except StaticError as exc:
+            return f"static check: {exc}", []
+        outcomes = self.verifier.verify(program, self.domains, self.target.properties())
+        failed = [o for o in outcomes if o.rejects]
+        if not failed:
+            return "", outcomes
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"verification: {failed[0].property}: {failed[0].message}{more}", outcomes
+
+    def _cap_reached(self) -> str:
+        """Why the run must stop for its token or cost cap, or an empty string while under both."""
+        cap_cost, cap_tokens = self.config.max_cost_usd, self.config.max_tokens
+        if cap_cost is None and cap_tokens is None:
+            return ""
+        tokens, cost = self.store.spend(self.run.id)
+        if cap_cost is not None and cost >= cap_cost:
+            return f"cost cap reached: ${cost:.4f} spent of ${cap_cost:g}"
+        if cap_tokens is not None and tokens >= cap_tokens:
+            return f"token cap reached: {tokens} tokens used of {cap_tokens}"
+        return ""
+
+    def _program(self, source: str) -> Program:
+        return check(source, self.target.signatures)
+
+    def _job(self, row: Candidate, tune: bool = True) -> Job:
+        tuning = None
+        if tune:
+            tuning = Tuning(
+                trials=self.config.trials,
+                seed=self.config.seed * 100_003 + row.seq,
+                gate=self._gate(row.seq),
+                seen=tuple(self._behaviours(row.seq)),
+            )
+        return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
+
+    def _gate(self, seq: int) -> float | None:
+        """The cascade: a candidate reaches the full workload only if its train score makes the top k of
+        its view."""
+        scores = sorted(
+            (
+                row.train_score
+                for row in self._view(seq)
+                if row.status == "evaluated" and row.train_score is not None
+            ),
+            reverse=self.maximize,
+        )
+        return scores[self.config.gate_top_k - 1] if len(scores) >= self.config.gate_top_k else None
+
+    def _behaviours(self, seq: int) -> dict[str, Candidate]:
+        """Each behaviour signature of the programs candidate `seq` may not repeat (the baselines and the
+        scored candidates of its view), with the first program that showed it."""
+        found: dict[str, Candidate] = {}
+        for row in [*self.anchors, *self._view(seq)]:
+            if row.behaviour and row.status in ("evaluated", "gated"):
+                found.setdefault(row.behaviour, row)
+        return found
+
+    def _repeated(self, seq: int, parent_id: int) -> tuple[str, ...]:
+        """What the parent's children of `seq`'s view that turned out behavioural duplicates changed."""
+        return tuple(
+            row.note for row in self._view(seq) if row.status == "duplicate" and row.parent_id == parent_id
+        )
+
+    def _record(self, row: Candidate, result: Result) -> None:
+        metric = self.target.objective.metric
+        train = [i.metrics[metric] for i in result.instances if i.role == "train" and metric in i.metrics]
+        evals = [i.metrics[metric] for i in result.instances if i.role == "eval" and metric in i.metrics]
+        row.train_score = sum(train) / len(train) if train else None
+        row.params = json.dumps(result.params, sort_keys=True)
+        row.trials = json.dumps([asdict(t) for t in result.study])
+        row.message = result.message
+        row.behaviour = result.behaviour
+        if result.status != "ok":
+            row.status = result.status
+        elif result.repeated:
+            first = self._behaviours(row.seq).get(result.behaviour)
+            row.status = "duplicate"
+            row.message = f"behaves as {_label(first)}: ranks the target's behaviour sample the same way"
+        elif result.gated or not evals:
+            row.status = "gated"
+        else:
+            row.status, row.score = "evaluated", sum(evals) / len(evals)
+        self.store.finish_candidate(row, self._evaluations(row.id, result))
+
+    def _evaluations(self, candidate_id: int | None, result: Result, policy: str = "") -> list[Evaluation]:
+        return [
+            Evaluation(
+                run_id=self.run.id,
+                candidate_id=candidate_id,
+                policy=policy,
+                instance=i.label,
+                role=i.role,
+                params=json.dumps(result.params, sort_keys=True),
+                metrics=json.dumps(i.metrics, sort_keys=True),
+                seconds=i.seconds,
+                backend=result.backend,
+            )
+            for i in result.instances
+        ]
+
+    def _admit(self, row: Candidate) -> None:
+        if row.status != "evaluated" or row.score is None or row.id is None:
+            return
+        score = row.score if self.maximize else -row.score
+        evals = [
+            json.loads(e.metrics) for e in self.store.evaluations(self.run.id, row.id) if e.role == "eval"
+        ]
+        entry = Entry(row.id, row.source, score, metrics=mean_metrics(evals), params=json.loads(row.params))
+        self.database.add(entry, row.island)
+
+    def _recent_failures(self, seq: int) -> tuple[str, ...]:
+        """The last failures shown to the proposer of `seq`: every earlier rejection (decided when it was
+        proposed, so known at once) and the failed runs of its view."""
+        end = self.schedule.view_end(seq)
+        failed = [
+            r
+            for r in self.history
+            if r.seq < seq
+            and (
+                r.status == "rejected" or (r.seq < end and r.status not in ("evaluated", "gated", "pending"))
+            )
+        ]
+        return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
+
+
+def _outcome(future: Future[Result]) -> Result:
+    """A job's result; a job the executor lost for good (its retries spent) counts as crashed."""
+    try:
+        return future.result()
+    except Exception as exc:
+        return Result(status="crashed", message=f"the executor lost the job: {type(exc).__name__}: {exc}")
+
+
+def _label(row: Candidate | None) -> str:
+    """How a message names a candidate: a baseline by name, a candidate by its number."""
+    if row is None:
+        return "an earlier program"
+    return f"baseline {row.name}" if row.proposer == BASELINE else f"candidate {row.seq} (#{row.id})"
+
+
+def _verification(run_id: str, outcome: Outcome) -> Verification:
+    cex = json.dumps(outcome.counterexample, sort_keys=True) if outcome.counterexample else ""
+    return Verification(
+        run_id=run_id,
+        property=outcome.property,
+        severity=outcome.severity,
+        verdict=outcome.verdict,
+        seconds=outcome.seconds,
+        counterexample=cex,
+        message=outcome.message,
+    )

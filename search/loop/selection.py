@@ -1,0 +1,66 @@
+"""Where a run selects: the instances its candidates are scored and ranked on.
+
+A target's own eval instance covers the whole window, the part its train instance tuned the constants on
+included, so the ranking rewards a fit to those requests as well as a forecast of later ones. With
+`--select unseen` (the default of a run that holds out a tail) the run ranks on what tuning never saw: in
+place of each eval instance, the window after the train share, replayed warm after the requests before it
+(uncounted) where the target can (kv, as a cache in service meets them), else from an empty state
+(batching, as its held-out tail is). A target whose workloads have no request window cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from search.errors import UserError
+from search.loop.holdout import WARM_OPTION, WINDOW_OPTION
+from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
+
+WHOLE = "window"
+"""Rank on the target's eval instances (the whole window): the default of a run without a held-out tail."""
+UNSEEN = "unseen"
+"""Rank on the window after the train share (warm where the target can): the default of one with a tail."""
+CHOICES = (WHOLE, UNSEEN)
+
+
+def default_select(holdout: bool) -> str:
+    """A run that holds out a tail ranks on what tuning never saw (train, select and report on three parts,
+    as a validation split does); one without ranks on its whole window, as it reports."""
+    return UNSEEN if holdout else WHOLE
+
+
+def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:
+    """The run's instances: the target's train instances, and its eval instances or, for `unseen`, those of
+    the window after the train share (warm where the target can); one UserError where it cannot."""
+    if select not in CHOICES:
+        raise UserError(f"--select must be one of {', '.join(CHOICES)}, got {select!r}")
+    try:
+        found = target.instances(workload, options)
+        if select == WHOLE:
+            return found
+        declared = {o.name for o in target.options}
+        if not isinstance(target, Windowed) or WINDOW_OPTION not in declared:
+            raise UserError(f"--select unseen: target {target.name} has no request window to rank on")
+        n = target.requests(workload)
+        train = [i for i in found if i.role == "train"]
+        cuts = {_bounds(i.config.get(WINDOW_OPTION), n)[1] for i in train}
+        if len(cuts) != 1:
+            raise UserError(f"--select unseen: target {target.name} has no single train window to follow")
+        hi = _bounds(options.get(WINDOW_OPTION), n)[1]
+        (cut,) = cuts
+        warm = {WARM_OPTION: True} if WARM_OPTION in declared else {}
+        after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", **warm})
+        return [*train, *(i for i in after if i.role == "eval")]
+    except (WorkloadError, OptionError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def _bounds(window: Any, n: int) -> tuple[int, int]:
+    """START, STOP of a window given as START:STOP text or a [START, STOP] pair (the whole trace if None)."""
+    if window is None:
+        return 0, n
+    if isinstance(window, str):
+        return request_window(window, n)
+    start, stop = window
+    return int(start), int(stop)

@@ -1,0 +1,1 @@
+"""Small statistics: Pareto fronts, parameter importances, the signed-rank test."""

@@ -1,0 +1,1 @@
+"""The run store: its tables, their migrations, typed reads and writes, and the read model."""
