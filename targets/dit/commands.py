@@ -7,8 +7,9 @@ from typing import Any
 
 from targets.base import Command, CommandResult, Option, OptionError
 
+from .cost import StepCost, ranked
 from .models import MODELS, model
-from .plans import Request, StepCost, ranked
+from .plans import Request
 from .pricing import gpu_pricing
 from .topology import TOPOLOGIES, topology
 

@@ -25,8 +25,9 @@ from numba import njit, types
 
 from verifiers.compiler import FUNCTION_TYPE
 
+from .cost import StepCost, ranked
 from .features import OPTION_FEATURES
-from .plans import Plan, Request, StepCost, ranked
+from .plans import Plan, Request
 from .pricing import Pricing
 from .topology import Topology
 from .workload import Arrival
