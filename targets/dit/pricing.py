@@ -5,10 +5,10 @@ Which measurement prices what:
   this machine's). Off H100, tensor work (GEMMs, attention) takes the H100's time x H100 peak / (this GPU's
   peak x its achieved efficiency), the efficiency fitted on the calibration half of measurements.toml
   (CALIBRATION); norms and activations only stream memory, so they scale by DRAM bandwidth.
-- Attention on H100: FlashAttention-2's measured forward throughput on H100 SXM5 at head dim 128, by
-  sequence length (Shah et al., "FlashAttention-3", 2024, Figure "Attention forward speed, head dim 128":
-  191, 260, 298, 319, 333, 335 TFLOPS at 512 ... 16k tokens), the kernel xDiT and HunyuanVideo run; the
-  head-dim-128 curve is used for every head size. Linear attention (SANA) is two GEMMs per head: the d x d
+- Attention on H100: FlashAttention-2's measured forward throughput on H100 SXM5 without a causal mask (DiT
+  attention has none), by head dim (64, 128, 256; linear between) and sequence length (Shah et al.,
+  "FlashAttention-3", 2024, Figure 5: e.g. 309, 350, 362, 368, 370, 370 TFLOPS at head dim 128 and 512 ...
+  16k tokens), the kernel xDiT and HunyuanVideo run. Linear attention (SANA) is two GEMMs per head: the d x d
   key-value state and the queries against it. On a CPU profile, attention is priced as its two GEMMs per
   head and a softmax over the scores (the profile's gemm and act fits), as the real block runs it.
 - Collectives: the profile's fit where it measured that collective at that group size on the GPUs it
@@ -33,7 +33,14 @@ from targets.costmodel.model import Profile, ProfileError, load_profile
 from .topology import H100, Topology, message_latency_s
 
 FA2_H100_LENGTHS = np.log2([512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0])
-FA2_H100_TFLOPS = np.array([191.0, 260.0, 298.0, 319.0, 333.0, 335.0])
+FA2_H100_HEAD_DIMS = np.array([64.0, 128.0, 256.0])
+FA2_H100_TFLOPS = np.array([
+    [282.0, 306.0, 318.0, 321.0, 322.0, 324.0],  # head dim 64
+    [309.0, 350.0, 362.0, 368.0, 370.0, 370.0],  # head dim 128
+    [275.0, 313.0, 321.0, 323.0, 324.0, 326.0],  # head dim 256
+])  # fmt: skip
+"""FlashAttention-2's forward throughput on H100 SXM5 without a causal mask, by head dim and sequence length
+(FlashAttention-3 paper, arXiv 2407.08608, Figure 5, the panels without causal mask)."""
 PEER_LATENCY_S = 2.0e-6
 """Each further step or peer of one NCCL collective launch: ring all-reduce on a DGX A100 took 10 us over 2
 GPUs and 33.7 us over 8, (33.7 - 10) / (14 - 2) steps = 2.0 us (NVIDIA/nccl-tests issue 123)."""
@@ -54,9 +61,9 @@ class Calibration:
 
 
 CALIBRATION = Calibration(
-    block_overhead_s=2.52e-4,
-    ring_step_overhead_s=7.21e-5,
-    efficiency={"A100 SXM 80GB": 0.856, "H20 96GB": 1.67, "L20 48GB": 2.19, "L40 48GB": 0.646},
+    block_overhead_s=2.97e-4,
+    ring_step_overhead_s=7.61e-5,
+    efficiency={"A100 SXM 80GB": 0.823, "H20 96GB": 1.53, "L20 48GB": 2.0, "L40 48GB": 0.615},
 )
 """Fitted by `python bench/dit_calibrate.py` on the calibration half (3 significant digits);
 tests/targets/dit/test_fidelity.py refits and compares."""
@@ -100,7 +107,10 @@ class Pricing:
             )
         if self.flash_attention:
             length = min(q, kv)
-            tflops = float(np.interp(np.log2(max(length, 1.0)), FA2_H100_LENGTHS, FA2_H100_TFLOPS))
+            by_length = [
+                np.interp(np.log2(max(length, 1.0)), FA2_H100_LENGTHS, row) for row in FA2_H100_TFLOPS
+            ]
+            tflops = float(np.interp(head_dim, FA2_H100_HEAD_DIMS, by_length))
             tflops *= min(1.0, length / 512.0)  # below 512 tokens the kernel cannot fill the GPU
             return 4.0 * batch_heads * q * kv * head_dim / (tflops * 1e12) * self.scale
         scores = self.gemm_s(q, head_dim, kv) + self.gemm_s(q, kv, head_dim)
