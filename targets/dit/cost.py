@@ -62,11 +62,11 @@ HIDDEN_PARTS = {
 }
 """Communication that runs but costs no time: overlapped with compute."""
 ONCE_PARTS = {
-    "warmup": "PipeFusion's warm-up step over the whole image, beyond one pipelined step",
+    "warmup": "PipeFusion's warm-up step: every stage in turn over the whole image (instead of a step)",
     "pipeline_fill": "PipeFusion's pipeline fill and drain, once per request",
     "outside": "text encoders and VAE decoding, whole on every rank",
 }
-"""Per request, beyond steps x step time."""
+"""Per request, beyond pipelined_steps x step_s."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,15 @@ class StepCost:
     hidden: dict[str, float]
     """Seconds per step of communication overlapped with compute, by HIDDEN_PARTS name."""
     once: dict[str, float]
-    """Seconds per request beyond steps x step_s, by ONCE_PARTS name."""
+    """Seconds per request beyond pipelined_steps x step_s, by ONCE_PARTS name."""
     steps: int
+    warmup_steps: int
+    """Of `steps`, those PipeFusion runs synchronously over the whole image (priced in once["warmup"])."""
     memory: Memory = field(compare=False)
+
+    @property
+    def pipelined_steps(self) -> int:
+        return self.steps - self.warmup_steps
 
     @property
     def step_s(self) -> float:
@@ -95,7 +101,7 @@ class StepCost:
     @property
     def comm_s(self) -> float:
         """Per step: communication and pipeline idling not hidden behind compute."""
-        return self.step_s - self.compute_s
+        return self.step_s - self.compute_s - self.parts["dispatch"]
 
     @property
     def outside_s(self) -> float:
@@ -104,7 +110,7 @@ class StepCost:
     @property
     def total_s(self) -> float:
         """End to end: every step, PipeFusion's warm-up and fill, and the work outside the transformer."""
-        return self.steps * self.step_s + sum(self.once.values())
+        return self.pipelined_steps * self.step_s + sum(self.once.values())
 
     @property
     def memory_bytes(self) -> float:
@@ -207,16 +213,15 @@ def step_cost(request: Request, plan: Plan, pricing: Pricing) -> StepCost:
         latent = request.tokens * m.latent_channels * math.prod(m.patch) * BYTES_PER_PARAM
         group = min(plan.groups("cfg"), key=pricing.topology.bandwidth)
         parts["cfg_all_gather"] = pricing.all_gather_s(latent, group)
-    step = sum(parts.values())
     hidden = {"ring_p2p": patches * stage.ring_hidden, "pipefusion_p2p": patches * min(stage.hop, stage.busy)}
     outside = m.outside_s(request.height, request.width, request.frames)
     once = {"warmup": 0.0, "pipeline_fill": 0.0, "outside": outside}
+    warmup = min(PIPEFUSION_WARMUP_STEPS, request.steps) if p > 1 else 0
     if p > 1:
         whole = _stage(request, plan, pricing, 1, m.blocks / p)  # one stage's share of the whole image
-        warm = p * (whole.busy + whole.hop) + parts["cfg_all_gather"]
-        once["warmup"] = min(PIPEFUSION_WARMUP_STEPS, request.steps) * (warm - step)
-        once["pipeline_fill"] = (p - 1) * slot
-    return StepCost(plan, parts, hidden, once, request.steps, memory(request, plan))
+        once["warmup"] = warmup * (p * (whole.busy + whole.hop) + parts["cfg_all_gather"])
+        once["pipeline_fill"] = (p - 1) * slot if request.steps > warmup else 0.0
+    return StepCost(plan, parts, hidden, once, request.steps, warmup, memory(request, plan))
 
 
 def ranked(request: Request, gpus: Sequence[int], pricing: Pricing) -> list[StepCost]:
