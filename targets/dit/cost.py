@@ -56,6 +56,8 @@ STEP_PARTS = {
     "cfg_all_gather": "CFG parallel's gather of the two noise predictions",
 }
 """The parts a step's time is made of, on the busiest GPU; they add up to the step's time."""
+_BUSY_PARTS = ("dispatch", "gemm", "elementwise", "attention")
+"""The parts a GPU spends computing or launching kernels; the rest is communication or idling."""
 HIDDEN_PARTS = {
     "ring_p2p": "ring K,V passes overlapped with attention",
     "pipefusion_p2p": "PipeFusion patch hops overlapped with the next patch",
@@ -101,7 +103,7 @@ class StepCost:
     @property
     def comm_s(self) -> float:
         """Per step: communication and pipeline idling not hidden behind compute."""
-        return self.step_s - self.compute_s - self.parts["dispatch"]
+        return sum(v for k, v in self.parts.items() if k not in _BUSY_PARTS)
 
     @property
     def outside_s(self) -> float:
