@@ -12,8 +12,9 @@ import argparse
 import os
 
 from targets.dit.block import BlockShape, run_parallel, run_single
+from targets.dit.cost import step_cost
 from targets.dit.models import DiTModel
-from targets.dit.plans import Plan, Request, step_cost
+from targets.dit.plans import Plan, Request
 from targets.dit.pricing import profile_pricing
 from targets.dit.topology import GPU, PCIE4, Topology
 

@@ -11,8 +11,9 @@ import os
 import statistics
 import time
 
+from targets.dit.cost import ranked
 from targets.dit.models import MODELS
-from targets.dit.plans import Request, ranked
+from targets.dit.plans import Request
 from targets.dit.pricing import gpu_pricing
 from targets.dit.topology import TOPOLOGIES
 

@@ -1,14 +1,20 @@
-"""`crucible dit plan`: every valid parallel plan of one request on a topology, fastest first."""
+"""`crucible dit plan`: every valid parallel plan of one request on a topology, fastest first, and where
+each one's time and memory go (`--explain`); `crucible dit check`: the cost model against every published
+measurement (measurements.toml)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from targets.base import Command, CommandResult, Option, OptionError
 
+from .cost import HIDDEN_PARTS, ONCE_PARTS, STEP_PARTS, StepCost, ranked
+from .fidelity import HALVES, Verdict, label, summarize, tables, verdicts
 from .models import MODELS, model
-from .plans import Request, StepCost, ranked
+from .plans import Request
 from .pricing import gpu_pricing
 from .topology import TOPOLOGIES, topology
 
@@ -23,6 +29,7 @@ PLAN_ARGUMENTS = (
     Option("gpus", "int", None, "GPUs to use, the first of the topology", low=1),
     Option("topology", "str", None, "the cluster", choices=tuple(TOPOLOGIES)),
     Option("list", "bool", False, "list the models and topologies instead"),
+    Option("explain", "bool", False, "break each plan's step time and memory per GPU down by part"),
 )
 
 
@@ -62,6 +69,41 @@ def _row(rank: int, cost: StepCost, span: str) -> dict[str, Any]:
     }
 
 
+def _explained(cost: StepCost) -> dict[str, Any]:
+    """Where a plan's time goes per step, what it overlaps, what a request pays once, and its memory."""
+    m = cost.memory
+    memory = {"weights": m.weights, "activations": m.activations, "kv": m.kv, "stale_kv": m.stale_kv,
+              "ring_buffer": m.ring_buffer}  # fmt: skip
+    return {
+        "pipelined_steps": cost.pipelined_steps,
+        "step_parts": dict(cost.parts),
+        "overlapped": dict(cost.hidden),
+        "request_parts": dict(cost.once),
+        "memory_gib_parts": {k: v / GiB for k, v in memory.items()},
+    }
+
+
+def _explain_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The table's columns under --explain: the parts some plan spends time or memory on."""
+    used = {k for r in rows for group in ("step_parts", "request_parts", "memory_gib_parts")
+            for k, v in r[group].items() if v > 0}  # fmt: skip
+    hidden = any(v > 0 for r in rows for v in r["overlapped"].values())
+    return (
+        "rank", "plan", "step_s",
+        *(p for p in STEP_PARTS if p in used),
+        *(("overlapped",) if hidden else ()),
+        *(p for p in ONCE_PARTS if p in used),
+        "total_s", "memory_gib",
+        *(f"mem_{p}" for p in ("weights", "activations", "kv", "stale_kv", "ring_buffer") if p in used),
+    )  # fmt: skip
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A --explain row as the table shows it: every part in its own column."""
+    return {**row, **row["step_parts"], **row["request_parts"], "overlapped": sum(row["overlapped"].values()),
+            **{f"mem_{k}": v for k, v in row["memory_gib_parts"].items()}}  # fmt: skip
+
+
 def plan(values: Mapping[str, Any]) -> CommandResult:
     """Rank every valid plan of the request on the first `gpus` GPUs of the topology."""
     if values.get("list"):
@@ -76,6 +118,9 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
     gpus = tuple(range(count))
     costs = ranked(request, gpus, gpu_pricing(cluster))
     rows = [_row(i + 1, c, cluster.span(gpus)) for i, c in enumerate(costs)]
+    explain = bool(values.get("explain"))
+    if explain:
+        rows = [{**row, **_explained(c)} for row, c in zip(rows, costs, strict=True)]
     m = request.model
     outside = m.outside_s(request.height, request.width, request.frames)
     title = (
@@ -86,6 +131,9 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
         + ("" if rows else ": no valid plan (memory or divisibility)")
     )
     columns = ("rank", "plan", "gpus", "links", "step_s", "total_s", "comm_share", "memory_gib")
+    if explain:
+        columns = _explain_columns(rows)
+        title += "; seconds per pipelined step by part, then per request, and GiB per GPU"
     data = {
         "model": m.name,
         "height": request.height,
@@ -96,7 +144,9 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
         "topology": cluster.name,
         "plans": rows,
     }
-    return CommandResult(title, columns, rows, data)
+    if explain:
+        data["parts"] = {"step": STEP_PARTS, "overlapped": HIDDEN_PARTS, "request": ONCE_PARTS}
+    return CommandResult(title, columns, [_flat(r) for r in rows] if explain else rows, data)
 
 
 def listing() -> CommandResult:
@@ -130,12 +180,86 @@ def listing() -> CommandResult:
     )
 
 
+CHECK_ARGUMENTS = (
+    Option("half", "str", "all", "which half of the split to show", choices=(*HALVES, "all")),
+    Option("table", "str", None, "one table's plans, published and predicted, fastest predicted first"),
+    Option("out", "str", None, "also write the result's data as JSON to this file"),
+)
+
+
+def _figures(found: list[Verdict], half: str) -> dict[str, Any]:
+    s = summarize(found, half)
+    return {"tables": s.tables, "top1": s.top1, "top3": s.top3, "tau_median": s.tau_median,
+            "error_median": s.error_median, "error_worst": s.error_worst, "times": s.times}  # fmt: skip
+
+
+def _verdict(v: Verdict) -> dict[str, Any]:
+    errors = [abs(e) for e in v.errors]
+    return {
+        "table": v.table.id, "half": v.table.half, "kind": v.table.kind, "model": v.table.model,
+        "topology": v.table.topology, "published_best": label(v.published_best),
+        "predicted_best": label(v.plans[0].degrees), "published_rank": v.published_rank,
+        "plans": len(v.plans), "top1": v.top1, "top3": v.top3, "tau": v.tau,
+        "error_median": sorted(errors)[len(errors) // 2] if errors else None,
+        "error_worst": max(errors) if errors else None, "source": v.table.source,
+        "rows": [{"plan": label(c.degrees), "published_s": c.published_s, "predicted_s": c.predicted_s,
+                  "error": c.error} for c in v.plans],
+    }  # fmt: skip
+
+
+def check(values: Mapping[str, Any]) -> CommandResult:
+    """Every published table against the cost model: per table and per half of the split."""
+    result = _check(values)
+    if values.get("out"):
+        try:
+            Path(values["out"]).write_text(json.dumps(result.data, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise OptionError(f"option out: cannot write {values['out']} ({exc.strerror})") from None
+    return result
+
+
+def _check(values: Mapping[str, Any]) -> CommandResult:
+    half = values.get("half") or "all"
+    found = verdicts()
+    if values.get("table"):
+        chosen = [v for v in found if v.table.id == values["table"]]
+        if not chosen:
+            known = ", ".join(v.table.id for v in found)
+            raise OptionError(f"option table: no table {values['table']!r}; tables: {known}")
+        v = _verdict(chosen[0])
+        rows = [{"rank": i + 1, **r} for i, r in enumerate(v["rows"])]
+        columns = ("rank", "plan", "published_s", "predicted_s", "error")
+        return CommandResult(f"{v['table']} ({v['source']})", columns, rows, {"table": v})
+    data: dict[str, Any] = {
+        "summary": {h: _figures(found, h) for h in HALVES if half in ("all", h)},
+        "tables": [_verdict(v) for v in found if half in ("all", v.table.half)],
+        "excluded": [{"table": t.id, "model": t.model, "why": t.excluded} for t in tables() if t.excluded],
+    }
+    title = "; ".join(
+        f"{h}: top-1 {f['top1']:.0%}, top-3 {f['top3']:.0%} of {f['tables']} tables, median |error| "
+        f"{f['error_median']:.0%} (worst {f['error_worst']:.0%}) over {f['times']} times"
+        for h, f in data["summary"].items()
+    )
+    columns = ("table", "half", "published_best", "predicted_best", "published_rank", "plans", "tau",
+               "error_median", "error_worst")  # fmt: skip
+    return CommandResult(title, columns, data["tables"], data)
+
+
 COMMANDS = (
     Command(
         "plan",
         "rank every valid parallel plan (Ulysses, ring, CFG, PipeFusion, tensor) of one request by its "
-        "predicted latency on a topology; --list shows the models and topologies",
+        "predicted latency on a topology; --explain breaks each plan's time and memory down by part; "
+        "--list shows the models and topologies",
         PLAN_ARGUMENTS,
         plan,
+    ),
+    Command(
+        "check",
+        "compare the cost model with every published DiT latency (targets/dit/measurements.toml): per "
+        "table the published best plan's rank, Kendall's tau and relative errors; per half of the split "
+        "top-1, top-3 and the median and worst error; --table shows one table's plans",
+        CHECK_ARGUMENTS,
+        check,
     ),
 )

@@ -50,6 +50,12 @@ class DiTModel:
     outside_s_per_pixel_frame: float | None = None
     """Seconds per output pixel and frame the generation spends outside the transformer (text encoders,
     VAE decoding), which no plan divides; None where no measurement ships (then priced as nothing)."""
+    attention: Literal["softmax", "linear"] = "softmax"
+    """"linear": ReLU linear attention (SANA), a d x d key-value state per head instead of a score matrix."""
+    gated_mlp: bool = False
+    """The MLP's first projection is gated (two halves of `mlp` width, SANA's GLU Mix-FFN)."""
+    skips: int = 0
+    """Long skip connections: block i's output also feeds block `blocks - 1 - i` (HunyuanDiT)."""
 
     @property
     def weight_bytes(self) -> float:
@@ -60,7 +66,8 @@ class DiTModel:
         return (self.outside_s_per_pixel_frame or 0.0) * height * width * frames
 
     def latent_frames(self, frames: int) -> int:
-        """Latent frames of a clip: the first frame alone, then one per `vae_temporal` frames."""
+        """Latent frames of a clip: the first frame alone, then one per `vae_temporal` frames, padded up to
+        a whole number of temporal patches as the CogVideoX1.5 pipeline pads them."""
         if not self.video:
             if frames != 1:
                 raise WorkloadError(f"{self.name} makes images: frames must be 1, got {frames}")
@@ -70,7 +77,8 @@ class DiTModel:
                 f"{self.name}: frames must be 1 + a multiple of {self.vae_temporal} (e.g. "
                 f"{self.default[2]}), got {frames}"
             )
-        return (frames - 1) // self.vae_temporal + 1
+        latent = (frames - 1) // self.vae_temporal + 1
+        return -(-latent // self.patch[0]) * self.patch[0]  # padded to whole temporal patches (CogVideoX1.5)
 
     def grid(self, height: int, width: int, frames: int) -> tuple[int, int, int]:
         """Tokens along time, rows and columns; WorkloadError if the size does not patch evenly."""
@@ -81,10 +89,7 @@ class DiTModel:
                 f"{self.name}: {height}x{width} does not patch evenly; height must be a multiple of {step_h} "
                 f"and width of {step_w} pixels"
             )
-        latent = self.latent_frames(frames)
-        if latent % pt:
-            raise WorkloadError(f"{self.name}: {latent} latent frames do not split into patches of {pt}")
-        return latent // pt, height // step_h, width // step_w
+        return self.latent_frames(frames) // pt, height // step_h, width // step_w
 
     def image_tokens(self, height: int, width: int, frames: int = 1) -> int:
         """Tokens of the latent a request denoises."""
@@ -124,6 +129,11 @@ MODELS: dict[str, DiTModel] = {
         # guidance_embeds true (guidance distilled, no CFG pass). Model card: 12 billion parameters.
         DiTModel("flux.1-dev", 57, 3072, 24, 128, 12288, (1, 2, 2), 1, 8, 16, 512, "joint", False, 12e9,
                  False, "black-forest-labs/FLUX.1-dev transformer/config.json", (1024, 1024, 1, 28)),
+        # black-forest-labs/FLUX.1-schnell transformer/config.json: Flux.1-dev's transformer (19 + 38
+        # blocks, 24 x 128 heads), guidance_embeds false; 256 T5 tokens (the pipeline's max_sequence_length
+        # for schnell); 4 steps on the model card.
+        DiTModel("flux.1-schnell", 57, 3072, 24, 128, 12288, (1, 2, 2), 1, 8, 16, 256, "joint", False, 12e9,
+                 False, "black-forest-labs/FLUX.1-schnell transformer/config.json", (1024, 1024, 1, 4)),
         # stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json: num_layers 24,
         # num_attention_heads 24 x attention_head_dim 64, patch_size 2, in_channels 16, VAE 8x; joint text
         # of 77 CLIP + 256 T5 tokens (the pipeline's max_sequence_length); CFG. Model card: 2B parameters.
@@ -139,9 +149,17 @@ MODELS: dict[str, DiTModel] = {
         # Tencent-Hunyuan/HunyuanDiT-v1.2-Diffusers transformer/config.json: num_layers 40,
         # num_attention_heads 16 x attention_head_dim 88, mlp_ratio 4.3637 (6144), patch_size 2,
         # in_channels 4, VAE 8x, cross-attention to 77 CLIP + 256 T5 tokens; CFG. Model card: 1.5B.
+        # Long skips as diffusers' HunyuanDiT2DModel.forward wires them: blocks 0-18 each feed block 39 - i.
         DiTModel("hunyuandit", 40, 1408, 16, 88, 6144, (1, 2, 2), 1, 8, 4, 333, "cross", True, 1.5e9,
                  False, "Tencent-Hunyuan/HunyuanDiT-v1.2-Diffusers transformer/config.json",
-                 (1024, 1024, 1, 50)),
+                 (1024, 1024, 1, 50), skips=19),
+        # Efficient-Large-Model/Sana_1600M_4Kpx_BF16_diffusers transformer/config.json: num_layers 20,
+        # num_attention_heads 70 x attention_head_dim 32 (linear attention), cross-attention 20 x 112 to 300
+        # Gemma tokens, mlp_ratio 2.5 (a gated Mix-FFN: 2 x 5600 up, a depthwise 3x3 conv, 5600 down),
+        # patch_size 1, in_channels 32 of the DC-AE (32x spatial); CFG. Model card: 1.6B parameters.
+        DiTModel("sana-1600m", 20, 2240, 70, 32, 5600, (1, 1, 1), 1, 32, 32, 300, "cross", True, 1.6e9,
+                 False, "Efficient-Large-Model/Sana_1600M_4Kpx_BF16_diffusers transformer/config.json",
+                 (4096, 4096, 1, 20), attention="linear", gated_mlp=True),
         # tencent/HunyuanVideo (diffusers transformer/config.json): num_layers 20 (double-stream) +
         # num_single_layers 40, num_attention_heads 24 x attention_head_dim 128, mlp_ratio 4, patch_size 2,
         # patch_size_t 1, in_channels 16; 3D VAE 4x in time, 8x in space; 256 text tokens (text_len);
@@ -154,6 +172,19 @@ MODELS: dict[str, DiTModel] = {
         # time (temporal_compression_ratio) and 8x in space; CFG. Model card: 5B parameters.
         DiTModel("cogvideox-5b", 42, 3072, 48, 64, 12288, (1, 2, 2), 4, 8, 16, 226, "joint", True, 5e9,
                  True, "THUDM/CogVideoX-5b transformer/config.json", (480, 720, 49, 50)),
+        # THUDM/CogVideoX-2b transformer/config.json: num_layers 30, num_attention_heads 30 x
+        # attention_head_dim 64, patch_size 2, in_channels 16, max_text_seq_length 226 (joint); CFG.
+        DiTModel("cogvideox-2b", 30, 1920, 30, 64, 7680, (1, 2, 2), 4, 8, 16, 226, "joint", True, 2e9,
+                 True, "THUDM/CogVideoX-2b transformer/config.json", (480, 720, 49, 50)),
+        # THUDM/CogVideoX1.5-5B transformer/config.json: CogVideoX-5b's 42 blocks of 48 x 64 heads with
+        # patch_size_t 2 (two latent frames per token; the pipeline pads odd latent frames); CFG.
+        DiTModel("cogvideox1.5-5b", 42, 3072, 48, 64, 12288, (2, 2, 2), 4, 8, 16, 226, "joint", True, 5e9,
+                 True, "THUDM/CogVideoX1.5-5B transformer/config.json", (768, 1360, 81, 50)),
+        # BestWishYsh/ConsisID-preview transformer/config.json: CogVideoX-5B's image-to-video transformer
+        # (42 blocks, 48 x 64 heads, patch 2, 16 latent channels out) with a face
+        # encoder cross-attending every other block to a few face tokens (not priced); CFG.
+        DiTModel("consisid", 42, 3072, 48, 64, 12288, (1, 2, 2), 4, 8, 16, 226, "joint", True, 5e9,
+                 True, "BestWishYsh/ConsisID-preview transformer/config.json", (480, 720, 49, 50)),
         # Wan-AI/Wan2.1-T2V-14B config.json: num_layers 40, dim 5120, num_heads 40 (head dim 128),
         # ffn_dim 13824, patch_size (1, 2, 2), in_dim 16; Wan-VAE 4x in time, 8x in space; cross-attention
         # to 512 umT5 tokens (text_len); CFG (sample_guide_scale 5.0). Model card: 14B parameters.

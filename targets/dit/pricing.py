@@ -2,22 +2,27 @@
 
 Which measurement prices what:
 - GEMMs, norms and activations: the profile's fits (h100-vidur: Vidur's measured H100 operators; cpu-2core:
-  this machine's). An A100 or L40 is priced as the H100 scaled by the ratio of their datasheet peak dense
-  BF16 throughputs: an assumption, since no A100 or L40 measurement is shipped.
-- Attention on H100: FlashAttention-2's measured forward throughput on H100 SXM5 at head dim 128, by
-  sequence length (Shah et al., "FlashAttention-3", 2024, Figure "Attention forward speed, head dim 128":
-  191, 260, 298, 319, 333, 335 TFLOPS at 512 ... 16k tokens), the kernel xDiT and HunyuanVideo run; the
-  head-dim-128 curve is used for every head size. On a CPU profile, attention is priced as its two GEMMs
-  per head and a softmax over the scores (the profile's gemm and act fits), as the real block runs it.
+  this machine's). Off H100, tensor work (GEMMs, attention) takes the H100's time x H100 peak / (this GPU's
+  peak x its achieved efficiency), the efficiency fitted on the calibration half of measurements.toml
+  (CALIBRATION); norms and activations only stream memory, so they scale by DRAM bandwidth.
+- Attention on H100: FlashAttention-2's measured forward throughput on H100 SXM5 without a causal mask (DiT
+  attention has none), by head dim (64, 128, 256; linear between) and sequence length (Shah et al.,
+  "FlashAttention-3", 2024, Figure 5: e.g. 309, 350, 362, 368, 370, 370 TFLOPS at head dim 128 and 512 ...
+  16k tokens), the kernel xDiT and HunyuanVideo run. Linear attention (SANA) is two GEMMs per head: the d x d
+  key-value state and the queries against it. On a CPU profile, attention is priced as its two GEMMs per
+  head and a softmax over the scores (the profile's gemm and act fits), as the real block runs it.
 - Collectives: the profile's fit where it measured that collective at that group size on the GPUs it
   describes (H100 all-reduce over 2, 4, 8 and send/recv over 2 NVLink GPUs; gloo over 2 local processes
-  on the CPU); otherwise the link formulas below on the bandwidth of the slowest link the group spans.
+  on the CPU); otherwise the link formulas below at the bandwidth NCCL reaches on the slowest link the group
+  spans (topology.py): a launch (the measured send/recv latency) and a small latency per further peer.
+- Host overheads (CALIBRATION): a fixed dispatch time per block and per ring step, which no kernel fit sees
+  and no plan divides; fitted on the calibration half.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,11 +30,43 @@ import numpy as np
 from targets.base import WorkloadError
 from targets.costmodel.model import Profile, ProfileError, load_profile
 
-from .topology import Topology, message_latency_s
+from .topology import H100, Topology, message_latency_s
 
 FA2_H100_LENGTHS = np.log2([512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0])
-FA2_H100_TFLOPS = np.array([191.0, 260.0, 298.0, 319.0, 333.0, 335.0])
-H100_PEAK_TFLOPS = 989.0
+FA2_H100_HEAD_DIMS = np.array([64.0, 128.0, 256.0])
+FA2_H100_TFLOPS = np.array([
+    [282.0, 306.0, 318.0, 321.0, 322.0, 324.0],  # head dim 64
+    [309.0, 350.0, 362.0, 368.0, 370.0, 370.0],  # head dim 128
+    [275.0, 313.0, 321.0, 323.0, 324.0, 326.0],  # head dim 256
+])  # fmt: skip
+"""FlashAttention-2's forward throughput on H100 SXM5 without a causal mask, by head dim and sequence length
+(FlashAttention-3 paper, arXiv 2407.08608, Figure 5, the panels without causal mask)."""
+PEER_LATENCY_S = 2.0e-6
+"""Each further step or peer of one NCCL collective launch: ring all-reduce on a DGX A100 took 10 us over 2
+GPUs and 33.7 us over 8, (33.7 - 10) / (14 - 2) steps = 2.0 us (NVIDIA/nccl-tests issue 123)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The constants no datasheet gives, fitted on the calibration half of measurements.toml (fidelity.py)."""
+
+    block_overhead_s: float
+    """Per block and patch: host time dispatching the block's kernels, beyond the kernels the fits price."""
+    ring_step_overhead_s: float
+    """Per ring step after the first: its attention call's launch, the fp32 merge of partial outputs and the
+    wait on the K,V exchange, beyond what the fits price."""
+    efficiency: Mapping[str, float]
+    """GPU name -> its achieved tensor throughput per peak FLOP relative to the H100's measured kernels (the
+    H100 is the measurement itself: 1.0)."""
+
+
+CALIBRATION = Calibration(
+    block_overhead_s=2.97e-4,
+    ring_step_overhead_s=7.61e-5,
+    efficiency={"A100 SXM 80GB": 0.823, "H20 96GB": 1.53, "L20 48GB": 2.0, "L40 48GB": 0.615},
+)
+"""Fitted by `python bench/dit_calibrate.py` on the calibration half (3 significant digits);
+tests/targets/dit/test_fidelity.py refits and compares."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,7 +76,13 @@ class Pricing:
     topology: Topology
     profile: Profile
     scale: float
-    """This GPU's time over the profiled device's for the same work."""
+    """This GPU's time over the profiled device's for the same tensor work (GEMMs, attention)."""
+    stream_scale: float
+    """This GPU's time over the profiled device's for the same bytes streamed (norms, activations)."""
+    block_overhead_s: float
+    """See Calibration."""
+    ring_step_overhead_s: float
+    """See Calibration."""
     flash_attention: bool
     """Attention priced from FlashAttention-2's measured H100 throughput (else as GEMMs + softmax)."""
     measured_collectives: bool
@@ -51,13 +94,23 @@ class Pricing:
 
     def elementwise_s(self, op: str, m: float, width: float) -> float:
         """A norm or an activation over m x width elements, from the profile's fit."""
-        return float(self.profile.operator(op).predict(m=m, width=width)) * self.scale / 1e3
+        return float(self.profile.operator(op).predict(m=m, width=width)) * self.stream_scale / 1e3
 
-    def attention_s(self, batch_heads: float, q: float, kv: float, head_dim: float) -> float:
-        """Non-causal attention of q queries over kv keys for batch_heads heads: 4 q kv d FLOPs each."""
+    def attention_s(
+        self, batch_heads: float, q: float, kv: float, head_dim: float, linear: bool = False
+    ) -> float:
+        """Non-causal attention of q queries over kv keys for batch_heads heads: 4 q kv d FLOPs each, or
+        for linear attention the state K^T V (kv x d x d) and the queries against it (q x d x d)."""
+        if linear:
+            return self.gemm_s(batch_heads * head_dim, kv, head_dim) + self.gemm_s(
+                q, head_dim, batch_heads * head_dim
+            )
         if self.flash_attention:
             length = min(q, kv)
-            tflops = float(np.interp(np.log2(max(length, 1.0)), FA2_H100_LENGTHS, FA2_H100_TFLOPS))
+            by_length = [
+                np.interp(np.log2(max(length, 1.0)), FA2_H100_LENGTHS, row) for row in FA2_H100_TFLOPS
+            ]
+            tflops = float(np.interp(head_dim, FA2_H100_HEAD_DIMS, by_length))
             tflops *= min(1.0, length / 512.0)  # below 512 tokens the kernel cannot fill the GPU
             return 4.0 * batch_heads * q * kv * head_dim / (tflops * 1e12) * self.scale
         scores = self.gemm_s(q, head_dim, kv) + self.gemm_s(q, kv, head_dim)
@@ -71,44 +124,64 @@ class Pricing:
         return None if fit is None else float(fit.predict(bytes=nbytes)) / 1e3
 
     def all_to_all_s(self, nbytes: float, group: Sequence[int]) -> float:
-        """Each member keeps 1/g of its nbytes and sends the rest: latency + (g-1)/g nbytes / bandwidth."""
+        """Each member keeps 1/g of its nbytes and sends the rest to its g-1 peers in one launch:
+        launch + (g-1) per-peer latencies + (g-1)/g nbytes / NCCL's bandwidth (DeepSpeed-Ulysses)."""
         g = len(group)
         measured = self._fit_s("all_to_all", nbytes, group)
         if measured is not None:
             return measured
-        return message_latency_s() + (g - 1) / g * nbytes / self.topology.bandwidth(group)
+        latency = message_latency_s() + (g - 1) * PEER_LATENCY_S
+        return latency + (g - 1) / g * nbytes / self.topology.effective_bandwidth(group)
 
     def all_reduce_s(self, nbytes: float, group: Sequence[int]) -> float:
-        """Ring all-reduce: 2 (g-1) messages, each member sending 2 (g-1)/g nbytes."""
+        """Ring all-reduce in one launch: 2 (g-1) steps, each member sending 2 (g-1)/g nbytes."""
         g = len(group)
         measured = self._fit_s("all_reduce", nbytes, group)
         if measured is not None:
             return measured
-        bandwidth = self.topology.bandwidth(group)
-        return 2 * (g - 1) * message_latency_s() + 2 * (g - 1) / g * nbytes / bandwidth
+        bandwidth = self.topology.effective_bandwidth(group)
+        latency = message_latency_s() + 2 * (g - 1) * PEER_LATENCY_S
+        return latency + 2 * (g - 1) / g * nbytes / bandwidth
 
     def all_gather_s(self, nbytes: float, group: Sequence[int]) -> float:
-        """Ring all-gather of nbytes per member: g-1 messages of nbytes each."""
+        """Ring all-gather of nbytes per member in one launch: g-1 steps of nbytes each."""
         g = len(group)
         measured = self._fit_s("all_gather", nbytes, group)
         if measured is not None:
             return measured
-        return (g - 1) * (message_latency_s() + nbytes / self.topology.bandwidth(group))
+        latency = message_latency_s() + (g - 1) * PEER_LATENCY_S
+        return latency + (g - 1) * nbytes / self.topology.effective_bandwidth(group)
 
     def send_s(self, nbytes: float, group: Sequence[int]) -> float:
-        """One point-to-point message between two members: latency + nbytes / bandwidth."""
+        """One point-to-point message between two members: latency + nbytes / NCCL's bandwidth."""
         measured = self._fit_s("send_recv", nbytes, group)
         if measured is not None:
             return measured
-        return message_latency_s() + nbytes / self.topology.bandwidth(group)
+        return message_latency_s() + nbytes / self.topology.effective_bandwidth(group)
+
+
+@functools.cache
+def h100_profile() -> Profile:
+    """The shipped H100 profile, read once per process."""
+    return load_profile("h100-vidur")
+
+
+def scaled_pricing(topology: Topology, calibration: Calibration) -> Pricing:
+    """A GPU topology priced by the H100 profile: tensor work scaled by peak x the GPU's efficiency,
+    streaming by DRAM bandwidth, H100 collectives by their fits where they apply."""
+    profile = h100_profile()
+    gpu = topology.gpu
+    tensor = H100.peak_tflops / (gpu.peak_tflops * calibration.efficiency.get(gpu.name, 1.0))
+    return Pricing(
+        topology, profile, tensor, H100.memory_tbps / gpu.memory_tbps,
+        calibration.block_overhead_s, calibration.ring_step_overhead_s, True, gpu == H100,
+    )  # fmt: skip
 
 
 @functools.cache
 def gpu_pricing(topology: Topology) -> Pricing:
-    """A GPU topology priced by the H100 profile (scaled by peak throughput off H100)."""
-    profile = load_profile("h100-vidur")
-    is_h100 = topology.gpu.peak_tflops == H100_PEAK_TFLOPS
-    return Pricing(topology, profile, H100_PEAK_TFLOPS / topology.gpu.peak_tflops, True, is_h100)
+    """A GPU topology priced with the fitted CALIBRATION."""
+    return scaled_pricing(topology, CALIBRATION)
 
 
 def profile_pricing(topology: Topology, profile: str) -> Pricing:
@@ -119,4 +192,4 @@ def profile_pricing(topology: Topology, profile: str) -> Pricing:
             loaded.operator(op)
     except ProfileError as exc:
         raise WorkloadError(str(exc)) from None
-    return Pricing(topology, loaded, 1.0, False, True)
+    return Pricing(topology, loaded, 1.0, 1.0, 0.0, 0.0, False, True)

@@ -25,8 +25,9 @@ from numba import njit, types
 
 from verifiers.compiler import FUNCTION_TYPE
 
+from .cost import StepCost, ranked
 from .features import OPTION_FEATURES
-from .plans import Plan, Request, StepCost, ranked
+from .plans import Plan, Request
 from .pricing import Pricing
 from .topology import Topology
 from .workload import Arrival
@@ -111,12 +112,19 @@ def request_profile(request: Request, gpus: int, pricing: Pricing) -> Alone:
 
 @dataclass(frozen=True)
 class Started:
-    """One decision: a request started on a group under a plan."""
+    """One decision: a request started on a group under a plan, priced part by part."""
 
     request: int
     at: float
-    plan: Plan
-    predicted_s: float
+    cost: StepCost
+
+    @property
+    def plan(self) -> Plan:
+        return self.cost.plan
+
+    @property
+    def predicted_s(self) -> float:
+        return self.cost.total_s
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,7 @@ def serve(
                 break
             r, cost = chosen[best]
             group = cost.plan.gpus
-            starts.append(Started(r, now, cost.plan, cost.total_s))
+            starts.append(Started(r, now, cost))
             running.append((now + cost.total_s, r, group))
             free = [g for g in free if g not in group]
             waiting.remove(r)
@@ -226,10 +234,37 @@ def serve(
 
 
 METRICS = ("slo_attainment", "latency_mean_s", "latency_p99_s", "gpu_utilization", "unfinished")
+TIME_PARTS = {
+    "compute": ("gemm", "elementwise", "attention"),
+    "dispatch": ("dispatch",),
+    "ulysses": ("ulysses_all_to_all",),
+    "ring": ("ring_p2p",),
+    "tensor": ("tensor_all_reduce",),
+    "pipefusion": ("pipefusion_p2p", "pipeline_bubble", "warmup", "pipeline_fill"),
+    "cfg": ("cfg_all_gather",),
+    "outside": ("outside",),
+}
+"""The served GPU time's parts (cost.py's, grouped by what they are spent on): the `time_<part>` metrics are
+their shares of every busy GPU-second, over the plans the policy chose."""
+
+
+def time_shares(served: Served) -> dict[str, float]:
+    """Where the chosen plans' GPU time went, as shares of it: `crucible dit plan --explain`, summed over the
+    starts (each weighted by its GPUs and the part of it served before the end)."""
+    spent = dict.fromkeys(TIME_PARTS, 0.0)
+    for start in served.starts:
+        c = start.cost
+        seconds = {**{k: c.pipelined_steps * v for k, v in c.parts.items()}, **c.once}
+        weight = c.plan.degree * min(1.0, (served.end_s - start.at) / c.total_s) if c.total_s > 0 else 0.0
+        for group, names in TIME_PARTS.items():
+            spent[group] += weight * sum(seconds[n] for n in names)
+    total = sum(spent.values())
+    return {f"time_{k}": v / total if total > 0 else 0.0 for k, v in spent.items()}
 
 
 def serving_metrics(served: Served) -> dict[str, float]:
-    """SLO attainment (finished by the deadline), latency (unfinished: up to the end), GPU busy share."""
+    """SLO attainment (finished by the deadline), latency (unfinished: up to the end), GPU busy share, and
+    the busy time's shares by part (time_shares)."""
     end = served.end_s
     finish = np.where(np.isnan(served.finish), end, served.finish)
     latency = finish - served.arrival
@@ -242,4 +277,5 @@ def serving_metrics(served: Served) -> dict[str, float]:
         "latency_p99_s": float(np.percentile(latency, 99)),
         "gpu_utilization": float(busy / (served.gpus * span)),
         "unfinished": float(np.isnan(served.finish).sum()),
+        **time_shares(served),
     }

@@ -3,14 +3,18 @@
 Bandwidths are vendor specifications, per direction and per GPU unless a link is shared:
 - NVLink 4 on H100 SXM: 900 GB/s bidirectional per GPU (NVIDIA H100 datasheet), 450 GB/s each way, every
   pair of a node's 8 GPUs at full rate through NVSwitch (DGX H100).
+- NVLink 4 on H20: 900 GB/s bidirectional per GPU (NVIDIA H20 datasheet), as on H100.
 - NVLink 3 on A100 SXM: 600 GB/s bidirectional per GPU (NVIDIA A100 datasheet), 300 GB/s each way.
-- PCIe Gen4 x16 on L40: 64 GB/s bidirectional (NVIDIA L40 datasheet), 32 GB/s each way; GPUs under one
-  socket's PCIe switch talk at that rate.
+- PCIe Gen4 x16 on L40 and L20: 64 GB/s bidirectional (NVIDIA L40, L20 datasheets), 32 GB/s each way; GPUs
+  under one socket's PCIe switch talk at that rate.
 - Across the two sockets, GPU peer traffic crosses the CPUs' UPI link: 11.2 GT/s x 2 bytes = 22.4 GB/s each
   way per link (Intel Xeon Scalable 3rd gen specification), shared by the GPUs sending across it.
 - Between nodes: 400 Gb/s (50 GB/s each way) per node (NVIDIA ConnectX-7 NDR), shared by the node's GPUs.
-Per-message latency is the launch cost of a measured NCCL send/recv on H100 (the h100-vidur profile's fit,
-7.6 us), used for every link: on these links software, not wire time, dominates small messages.
+NCCL moves data at a share of a link's line rate: "with the protocol overhead (~20%) NCCL can get an
+effective NVLink bandwidth of 370GB/s" of NVLink 4's 450 (S. Jeaugey, NVIDIA/nccl-tests issue 212); that
+share is applied to every link (measured on NVLink only: an assumption elsewhere). A launch costs what a
+measured NCCL send/recv costs on H100 before its bytes (the h100-vidur profile's fit, 7.6 us), on every link:
+software, not wire time, dominates small messages.
 """
 
 from __future__ import annotations
@@ -23,23 +27,32 @@ from targets.base import WorkloadError
 from targets.costmodel.model import load_profile
 
 GB = 1e9
+NCCL_EFFICIENCY = 370 / 450
+"""The share of a link's line rate NCCL's protocols reach (nccl-tests issue 212, NVLink 4)."""
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator: its memory and its peak dense bf16 tensor throughput (vendor datasheet)."""
+    """One accelerator: its memory, peak dense bf16 tensor throughput and memory bandwidth (datasheets)."""
 
     name: str
     memory_bytes: float
     peak_tflops: float
+    memory_tbps: float
+    """Its DRAM's bandwidth, TB/s: what paces a norm or an activation, which only streams data."""
 
 
-H100 = GPU("H100 SXM 80GB", 80e9, 989.0)
-"""NVIDIA H100 SXM datasheet: 80 GB HBM3, 989 TFLOPS dense BF16."""
-A100 = GPU("A100 SXM 80GB", 80e9, 312.0)
-"""NVIDIA A100 datasheet: 80 GB HBM2e, 312 TFLOPS dense BF16."""
-L40 = GPU("L40 48GB", 48e9, 181.0)
-"""NVIDIA L40 datasheet: 48 GB GDDR6, 181 TFLOPS dense BF16."""
+H100 = GPU("H100 SXM 80GB", 80e9, 989.0, 3.35)
+"""NVIDIA H100 SXM datasheet: 80 GB HBM3 at 3.35 TB/s, 989 TFLOPS dense BF16."""
+H20 = GPU("H20 96GB", 96e9, 148.0, 4.0)
+"""NVIDIA H20 datasheet: 96 GB HBM3 at 4.0 TB/s, 148 TFLOPS dense BF16."""
+A100 = GPU("A100 SXM 80GB", 80e9, 312.0, 2.039)
+"""NVIDIA A100 datasheet: 80 GB HBM2e at 2,039 GB/s, 312 TFLOPS dense BF16."""
+L40 = GPU("L40 48GB", 48e9, 181.0, 0.864)
+"""NVIDIA L40 datasheet: 48 GB GDDR6 at 864 GB/s, 181 TFLOPS dense BF16."""
+L20 = GPU("L20 48GB", 48e9, 119.5, 0.864)
+"""NVIDIA L20: 48 GB GDDR6 at 864 GB/s (datasheet), 119.5 TFLOPS dense FP16 (as xDiT's
+docs/performance/hunyuandit.md states it)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,7 @@ NETWORK = Link("400 Gb/s network", 50 * GB, True)
 
 @functools.cache
 def message_latency_s() -> float:
-    """Seconds a message costs before its bytes: the launch term of H100 NCCL send/recv as measured."""
+    """Seconds a collective launch costs before its bytes: the launch term of H100 NCCL send/recv."""
     return load_profile("h100-vidur").collectives["send_recv"][2].coef[0] / 1e3
 
 
@@ -108,6 +121,10 @@ class Topology:
             rate = min(rate, NETWORK.bandwidth / behind)
         return rate
 
+    def effective_bandwidth(self, group: Sequence[int]) -> float:
+        """Bytes per second NCCL moves for each member: the line rate at NCCL's protocol efficiency."""
+        return self.bandwidth(group) * NCCL_EFFICIENCY
+
     def span(self, group: Sequence[int]) -> str:
         """The slowest kind of link the group spans, in words."""
         if len({self.node_of(g) for g in group}) > 1:
@@ -129,8 +146,8 @@ def _nvlink(name: str, gpu: GPU, link: Link, nodes: int, doc: str) -> Topology:
     return Topology(name, gpu, 8, 1, nodes, link, link, doc)
 
 
-def _l40(name: str, nodes: int, doc: str) -> Topology:
-    return Topology(name, L40, 4, 2, nodes, PCIE4, UPI, doc)
+def _pcie(name: str, gpu: GPU, nodes: int, doc: str) -> Topology:
+    return Topology(name, gpu, 4, 2, nodes, PCIE4, UPI, doc)
 
 
 TOPOLOGIES: dict[str, Topology] = {
@@ -138,11 +155,13 @@ TOPOLOGIES: dict[str, Topology] = {
     for t in (
         _nvlink("h100-nvlink", H100, NVLINK4, 1, "8 H100 SXM on NVLink 4 / NVSwitch (a DGX H100)"),
         _nvlink("a100-nvlink", A100, NVLINK3, 1, "8 A100 SXM on NVLink 3 / NVSwitch (a DGX A100)"),
-        _l40("l40-pcie", 1, "8 L40 on PCIe Gen4, 4 per socket, two sockets joined by UPI"),
+        _pcie("l40-pcie", L40, 1, "8 L40 on PCIe Gen4, 4 per socket, two sockets joined by UPI"),
+        _nvlink("h20-nvlink", H20, NVLINK4, 1, "8 H20 on NVLink 4 / NVSwitch"),
+        _pcie("l20-pcie", L20, 1, "8 L20 on PCIe Gen4, 4 per socket, two sockets joined by UPI"),
         _nvlink("h100-nvlink-x2", H100, NVLINK4, 2, "2 nodes of 8 H100 (NVLink) over a 400 Gb/s network"),
         _nvlink("h100-nvlink-x4", H100, NVLINK4, 4, "4 nodes of 8 H100 (NVLink) over a 400 Gb/s network"),
         _nvlink("a100-nvlink-x2", A100, NVLINK3, 2, "2 nodes of 8 A100 (NVLink) over a 400 Gb/s network"),
-        _l40("l40-pcie-x2", 2, "2 nodes of 8 L40 (PCIe, two sockets) over a 400 Gb/s network"),
+        _pcie("l40-pcie-x2", L40, 2, "2 nodes of 8 L40 (PCIe, two sockets) over a 400 Gb/s network"),
     )
 }
 

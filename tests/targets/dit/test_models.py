@@ -9,12 +9,18 @@ from targets.dit.models import MODELS, model
 from targets.dit.topology import TOPOLOGIES, topology
 
 
-def test_the_models_named_by_the_issue_are_all_there() -> None:
+def test_the_models_named_by_the_issue_and_the_published_tables_are_all_there() -> None:
     named = ("flux.1-dev", "sd3-medium", "pixart-sigma", "hunyuandit", "hunyuanvideo", "cogvideox-5b")
-    assert set(MODELS) == {*named, "wan2.1-14b"}
+    measured = ("flux.1-schnell", "sana-1600m", "cogvideox-2b", "cogvideox1.5-5b", "consisid")
+    assert set(MODELS) == {*named, *measured, "wan2.1-14b"}
     for m in MODELS.values():
         assert m.hidden == m.heads * m.head_dim, m.name
         assert m.source.endswith("config.json")
+
+
+def test_cogvideox_1_5_pads_odd_latent_frames_to_whole_temporal_patches() -> None:
+    # 161 frames: 41 latent frames, padded to 42 = 21 patches of 2; 768 x 1360 is 48 x 85 patches.
+    assert model("cogvideox1.5-5b").grid(768, 1360, 161) == (21, 48, 85)
 
 
 def test_flux_at_1024px_is_4096_image_tokens_and_512_text_tokens() -> None:

@@ -1,9 +1,11 @@
-"""`crucible dit plan`: flags made from its Options, a ranked table or JSON, and one-line errors."""
+"""`crucible dit plan` and `crucible dit check`: flags made from their Options, a ranked table or JSON,
+where each plan's time and memory go (--explain), and one-line errors."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,62 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_a_missing_argument_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["dit", "plan", "--model", "flux.1-dev"], capsys)
     assert code == 2 and err.strip() == "crucible: error: dit plan needs --gpus, --topology (or --list)"
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "topology"),
+    [("flux.1-dev", "4", "h100-nvlink"), ("hunyuandit", "8", "a100-nvlink"), ("consisid", "8", "l40-pcie")],
+)
+def test_explain_parts_add_up_to_each_plans_step_and_total(
+    model: str, gpus: str, topology: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["dit", "plan", "--model", model, "--gpus", gpus, "--topology", topology, "--explain", "--json"]
+    code, out, _ = _run(argv, capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert set(data["parts"]) == {"step", "overlapped", "request"}
+    for p in data["plans"]:
+        assert set(p["step_parts"]) == set(data["parts"]["step"])
+        assert sum(p["step_parts"].values()) == pytest.approx(p["step_s"], rel=0.01), p["plan"]
+        total = p["pipelined_steps"] * p["step_s"] + sum(p["request_parts"].values())
+        assert total == pytest.approx(p["total_s"], rel=0.01), p["plan"]
+        assert sum(p["memory_gib_parts"].values()) == pytest.approx(p["memory_gib"], rel=0.01)
+        assert min(p["step_parts"].values()) >= 0 and min(p["request_parts"].values()) >= 0
+    kinds = {k for p in data["plans"] for k, v in p["step_parts"].items() if v > 0}
+    assert {"gemm", "attention", "dispatch"} <= kinds
+
+
+def test_explain_shows_pipefusion_warm_up_fill_stale_kv_and_hops_hidden_on_nvlink(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["dit", "plan", "--model", "sd3-medium", "--gpus", "8", "--topology", "a100-nvlink", "--explain"]
+    code, out, _ = _run(argv, capsys)
+    assert code == 0
+    for column in ("cfg_all_gather", "warmup", "pipeline_fill", "mem_stale_kv", "overlapped"):
+        assert column in out
+    assert "pipefusion_p2p" not in out, "on NVLink the next patch hides every hop"
+
+
+def test_check_prints_both_halves_and_one_table_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_file = tmp_path / "check.json"
+    code, out, _ = _run(["dit", "check", "--out", str(out_file), "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert json.loads(out_file.read_text()) == data
+    assert set(data["summary"]) == {"calibration", "check"}
+    assert {t["half"] for t in data["tables"]} == {"calibration", "check"}
+    assert all(e["why"] for e in data["excluded"])
+    code, out, _ = _run(["dit", "check", "--half", "check", "--json"], capsys)
+    assert set(json.loads(out)["summary"]) == {"check"}
+    code, out, _ = _run(["dit", "check", "--table", "sana-4096-a100", "--json"], capsys)
+    rows = json.loads(out)["table"]["rows"]
+    assert len(rows) == 13 and all(r["published_s"] > 0 for r in rows)
+
+
+def test_check_names_an_unknown_table_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["dit", "check", "--table", "sora"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("crucible: error: option table: no table 'sora'; tables: flux-1024-h100-compile")
+    assert len(err.strip().splitlines()) == 1

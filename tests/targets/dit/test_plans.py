@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from targets.dit.cost import ranked, step_cost
 from targets.dit.models import MODELS, undivided_s
-from targets.dit.plans import Plan, Request, memory_bytes, plans, ranked, step_cost
+from targets.dit.plans import Plan, Request, memory, plans
 from targets.dit.pricing import Pricing, gpu_pricing
 from targets.dit.topology import TOPOLOGIES
 
@@ -32,7 +33,7 @@ def test_every_enumerated_plan_keeps_xdits_rules(name: str, topology: str) -> No
             assert request.model.heads % (plan.ulysses * plan.tensor) == 0
             assert plan.cfg in ((1, 2) if request.model.cfg else (1,))
             assert request.tokens % (plan.ulysses * plan.ring * plan.patches) == 0
-            assert memory_bytes(request, plan) <= pricing.topology.gpu.memory_bytes
+            assert memory(request, plan).total <= pricing.topology.gpu.memory_bytes
 
 
 def test_groups_follow_xdits_rank_order_tensor_innermost() -> None:
@@ -55,7 +56,7 @@ def test_sequence_degrees_must_divide_the_heads_and_the_tokens() -> None:
 def test_a_request_too_big_for_one_l40_needs_a_plan_that_shares_it() -> None:
     wan = Request(MODELS["wan2.1-14b"], 720, 1280, 121, 50)  # 28 GB of weights, 2 x 113,400 tokens (CFG)
     l40 = gpu_pricing(TOPOLOGIES["l40-pcie"])
-    assert memory_bytes(wan, Plan(1, 1, 1, 1, 1, 1, (0,))) > 48e9
+    assert memory(wan, Plan(1, 1, 1, 1, 1, 1, (0,))).total > 48e9
     assert list(plans(wan, (0,), l40)) == []
     assert list(plans(wan, (0,), H100))
     assert Plan(2, 1, 1, 1, 1, 1, (0, 1)) in set(plans(wan, (0, 1), l40))  # CFG halves the activations
@@ -126,4 +127,4 @@ def test_going_from_4_to_8_gpus_helps_little_across_pcie_sockets_and_much_over_n
         return step_cost(request, Plan(1, 1, 1, 1, n, 1, tuple(range(n))), pricing).total_s
 
     assert ulysses(4, l40) / ulysses(8, l40) < 1.1
-    assert ulysses(4, H100) / ulysses(8, H100) > 1.5
+    assert ulysses(4, H100) / ulysses(8, H100) > 1.3  # a fixed dispatch time per block caps it (fitted)

@@ -14,7 +14,7 @@ from targets.base import WorkloadError
 from targets.dit.models import MODELS
 from targets.dit.plans import Request, plans
 from targets.dit.pricing import gpu_pricing
-from targets.dit.serving import compact_group, request_profile, serve, serving_metrics
+from targets.dit.serving import TIME_PARTS, compact_group, request_profile, serve, serving_metrics
 from targets.dit.target import SCORE, DiTTarget, _compiled, stream
 from targets.dit.topology import TOPOLOGIES
 from targets.dit.workload import Arrival, load_trace, write_trace
@@ -141,3 +141,21 @@ def test_the_generator_is_seeded_and_its_deadlines_scale_the_fastest_time_alone(
         assert a.deadline_s == pytest.approx(4.0 * request_profile(a.request, 8, pricing).alone_s)
     denser = stream("gen:mixed:7", {**settings, "load": 1.6})
     assert denser[-1].arrival_s == pytest.approx(first[-1].arrival_s / 2)
+
+
+def test_the_served_gpu_time_breaks_down_by_part_over_the_chosen_plans() -> None:
+    """What `dit plan --explain` shows per plan, summed over the plans a policy started: the UI shows these
+    shares beside every instance's metrics."""
+    settings = {"topology": "l40-pcie", "gpus": 8, "requests": 12, "load": 1.0, "slo_scale": 3.0}
+    arrivals = stream("gen:mixed:4", settings)
+    pricing = gpu_pricing(TOPOLOGIES["l40-pcie"])
+    served = serve(arrivals, 8, pricing, _compiled(TARGET.baselines()["all_gpus_fcfs"]), np.zeros(0), 1e9)
+    metrics = serving_metrics(served)
+    shares = {k: v for k, v in metrics.items() if k.startswith("time_")}
+    assert set(shares) == {f"time_{k}" for k in TIME_PARTS}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert all(0.0 <= v <= 1.0 for v in shares.values())
+    assert shares["time_compute"] > 0.3
+    chosen_comm = sum(s.cost.comm_s * s.cost.pipelined_steps * s.plan.degree for s in served.starts)
+    spent_communicating = 1 - shares["time_compute"] - shares["time_dispatch"] - shares["time_outside"]
+    assert chosen_comm > 0 and spent_communicating > 0, "eight L40s across two sockets communicate"
