@@ -2,7 +2,7 @@
 
 Run from the repository root: `python bench/sandbox_overhead.py [--budget N] [--jobs N] [--gap S]
 [--backends process docker] [--quick] [--record]` (`--quick`: 2 candidates, 2 jobs, a 0.1 s gap, the process
-backend alone, the `gen:chat:1` workload at 300 blocks).
+backend alone, the `gen:chat:1` workload at 300 blocks, 2 trials per candidate).
 The typical job is the search's own: a `crucible search` with its defaults (the shipped kv workload and
 capacity, `RunConfig`'s trials, workers and seed, the evolve proposer) is run in-process and every candidate
 job it hands its sandbox is recorded as the loop built it (tuning, cascade gate, limits). In-process means
@@ -104,7 +104,8 @@ def main() -> None:
     workload = target_config.pop("workload")
     if session.quick:
         workload, target_config["capacity"] = QUICK_WORKLOAD, 300
-    config = RunConfig(TARGET, workload, target_config, budget=args.budget)
+X
+    config = RunConfig(TARGET, workload, target_config, budget=args.budget, **fewer)
     instances = tuple(target.instances(workload, target_config))
     warm = Job(TARGET, next(iter(target.baselines().values())), instances)
     local = InProcess(config.workers, warm)
