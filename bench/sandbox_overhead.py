@@ -104,7 +104,7 @@ def main() -> None:
     workload = target_config.pop("workload")
     if session.quick:
         workload, target_config["capacity"] = QUICK_WORKLOAD, 300
-X
+    fewer = {"trials": 2} if session.quick else {}  # else RunConfig's default, the search's own
     config = RunConfig(TARGET, workload, target_config, budget=args.budget, **fewer)
     instances = tuple(target.instances(workload, target_config))
     warm = Job(TARGET, next(iter(target.baselines().values())), instances)
