@@ -1,9 +1,11 @@
 """MkDocs hook: a line `{{ result NAME }}` in a page becomes the figures of docs/results/NAME.json, stamped
 with the command that wrote them, its commit, date and machine, so a figure and its command cannot disagree.
 
-`{{ result NAME PATH }}` shows one part of the data only: PATH is a dotted path to a table (a list of flat
-rows) or a mapping (shown as a two-column table), e.g. `{{ result kv_search candidates }}`; add
-`columns=a,b,c` to keep some columns, in that order. A missing file, a PATH that names nothing or a quick
+`{{ result NAME PATH }}` shows one part of the data only: PATH is a dotted path to a table (a list of
+rows) or a mapping; several paths joined by commas make one table (a mapping is one row), e.g.
+`{{ result kv_search best,baselines }}`. A row's nested mappings (a candidate's `metrics`) become columns of
+their own; `columns=a,b,c` keeps some columns, in that order; `sort=-a` orders the rows by a column
+(descending with the minus). A missing file, a PATH that names nothing or a quick
 bench's figures fail the build.
 """
 
@@ -43,10 +45,19 @@ def rows_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> 
     return "\n".join(lines)
 
 
+def flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its nested mappings' scalars as columns of its own (lists left out)."""
+    out = {k: v for k, v in row.items() if not isinstance(v, list | dict)}
+    for value in row.values():
+        if isinstance(value, dict):
+            out |= {k: v for k, v in value.items() if not isinstance(v, list | dict) and k not in out}
+    return out
+
+
 def part(value: Any, columns: list[str] | None = None) -> str:
     """A table for a list of rows or a mapping; a line for anything else."""
     if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-        return rows_table(value, columns)
+        return rows_table([flat(r) for r in value], columns)
     if isinstance(value, dict):
         scalars = {k: v for k, v in value.items() if not isinstance(v, list | dict)}
         return rows_table([{"": k, "value": v} for k, v in scalars.items()], None)
@@ -92,11 +103,18 @@ def render(name: str, rest: str, page_path: str) -> str:
         raise PluginError(f"{path}: recorded by a --quick run; a page shows full runs only")
     words = rest.split()
     columns = next((w.split("=", 1)[1].split(",") for w in words if w.startswith("columns=")), None)
-    selected = [w for w in words if not w.startswith("columns=")]
+    selected = [w for w in words if not w.startswith(("columns=", "sort="))]
     depth = "../" * page_path.count("/")
     shown = stamp(record, name).replace("](results/", f"]({depth}results/")
     if selected:
-        return part(select(record["data"], selected[0], name), columns) + "\n\n" + shown
+        chosen = [select(record["data"], path, name) for path in selected[0].split(",")]
+        rows = [r for c in chosen for r in (c if isinstance(c, list) else [c])]
+        value: Any = rows if len(chosen) > 1 or isinstance(chosen[0], list) else chosen[0]
+        order = next((w.split("=", 1)[1] for w in words if w.startswith("sort=")), "")
+        if order and isinstance(value, list):
+            key = order.lstrip("-")
+            value = sorted(value, key=lambda r: flat(r).get(key, 0), reverse=order.startswith("-"))
+        return part(value, columns) + "\n\n" + shown
     parts = []
     for key, value in record["data"].items():
         parts.append(
