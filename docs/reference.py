@@ -75,7 +75,18 @@ def arguments(parser: argparse.ArgumentParser) -> list[tuple[str, str, str, str]
 def cli_page(parser: argparse.ArgumentParser | None = None) -> str:
     """Every command, its usage and every flag, as `crucible ... --help` prints them."""
     parser = parser or cli_parser()
+    columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = USAGE_COLUMNS
+    try:
+        return _cli_page(parser)
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+
+
+def _cli_page(parser: argparse.ArgumentParser) -> str:
     parts = [
         "# CLI reference",
         "Generated from the argparse parser when the site builds: every command and flag that "
