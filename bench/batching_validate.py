@@ -16,6 +16,8 @@ other jobs ran).
         [--rounds 5] [--profile cpu-2core-passes] [--retime-passes true]
 
 Takes about a minute and three quarters a round on 2 idle cores (8.5 to 8.7 min for the five).
+`--quick`: FCFS and the found heuristic on 8 requests of the shipped head of the trace, 4 output tokens at
+most, one round, in the process sandbox (the checks are computed, not required to pass).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from search.cli.main import main as crucible
+import _bench
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "data" / "batching" / "azure_llm_conv_2023_train.csv"
+ROOT = _bench.ROOT
+TRACE = _bench.DATA / "batching" / "azure_llm_conv_2023_train.csv"
+QUICK_TRACE = ROOT / "targets" / "batching" / "workloads" / "azure_conv_head.csv"
 FOUND = ROOT / "bench" / "policies" / "found_batching.py"
 
 
@@ -45,14 +48,23 @@ def main() -> None:
     )
     parser.add_argument("--retime-passes", default="true", choices=("true", "false"))
     parser.add_argument("--sandbox", default="auto")
-    args = parser.parse_args()
-    crucible(
-        ["validate", "--target", "batching", "--check", "--workload", args.trace, "--requests", args.requests,
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.trace = QUICK_TRACE
+        args.requests, args.rounds, args.max_output, args.sandbox = "0:8", 1, 4, "process"
+    args.trace = _bench.data_file(Path(args.trace), session.quick, QUICK_TRACE)
+    check = [] if session.quick else ["--check"]  # tiny slices need not pass the checks
+    candidates = (
+        ["fcfs", str(FOUND)] if session.quick else ["fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)]
+    )
+    _bench.crucible(
+        session,
+        ["validate", "--target", "batching", *check, "--workload", args.trace, "--requests", args.requests,
          "--capacity", str(args.capacity), "--block-tokens", str(args.block_tokens), "--load", str(args.load),
          "--token-divisor", str(args.token_divisor), "--max-output", str(args.max_output),
          "--rounds", str(args.rounds), "--profile", args.profile, "--retime-passes", args.retime_passes,
          "--sandbox", args.sandbox,
-         "--candidates", "fcfs", "sarathi", "spf", "edf", "srpt", str(FOUND)]
+         "--candidates", *candidates]
     )  # fmt: skip
 
 

@@ -3,13 +3,17 @@ local processes) against the DiT cost model's prediction priced by this machine'
 GEMMs, norms and activations from its fits, attention as two GEMMs per head and a softmax, all-to-all and
 send/recv from its gloo fits over 2 processes). Prints measured / predicted per layout.
 
-    .venv/bin/python bench/dit_block.py [--tokens 1024] [--repeats 7]
+    .venv/bin/python bench/dit_block.py [--tokens 1024] [--repeats 7] [--quick] [--record]
+
+`--quick`: 64 tokens, one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+
+import _bench
 
 from targets.dit.block import BlockShape, run_parallel, run_single
 from targets.dit.cost import step_cost
@@ -38,7 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.tokens, args.repeats = 64, 1
     shape = BlockShape(hidden=256, heads=8, mlp=1024, tokens=args.tokens)
     _, single = run_single(shape, args.repeats)
     measured = {(1, 1): single}
@@ -48,10 +54,17 @@ def main() -> None:
     )
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (the profile was measured idle)")
     print(f"{'layout':12} {'measured ms':>12} {'predicted ms':>13} {'measured/predicted':>19}")
+    rows = []
     for (ulysses, ring), seconds in measured.items():
         label = "1 process" if ulysses * ring == 1 else ("ulysses2" if ulysses == 2 else "ring2")
         model = predicted_s(shape, ulysses, ring)
         print(f"{label:12} {seconds * 1e3:12.2f} {model * 1e3:13.2f} {seconds / model:19.2f}")
+        rows.append(
+            {"layout": label, "measured ms": seconds * 1e3, "predicted ms": model * 1e3,
+             "measured / predicted": seconds / model}
+        )  # fmt: skip
+    block = f"hidden {shape.hidden}, {shape.heads} heads, MLP {shape.mlp}, {shape.tokens} tokens"
+    session.save({"block": block, "profile": "cpu-2core", "layouts": rows})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Does the head choose what the tail rewards? A held-out run's candidates, and files, on head and tail.
 
 Run from the repository root after `crucible search ... --holdout SHARE --db URL`:
-`python bench/holdout_transfer.py --db URL RUN [FILE ...] [--trials 32] [--top 5]`.
+`python bench/holdout_transfer.py --db URL RUN [FILE ...] [--trials 32] [--top 5] [--record]`;
+`--quick` makes its own run first (a held-out kv search of 2 candidates on `gen:chat:1`, 2 trials each, in a
+temporary store) and tunes bench/policies/found_kv.py on it, with 2 trials.
 Every candidate the run evaluated on its whole head (with the constants tuned on the head's train share)
 is scored on the held-out tail with those constants, as the run scores its best (warm where the run's
 split is), and on the head's part after the train share, warm (what `--select unseen` ranks on). It prints
@@ -16,14 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import _bench
 import numpy as np
 
 import targets
 from sandbox.job import Job, Result, Tuning
 from sandbox.process import ProcessSandbox
+from search.cli import main as crucible
 from search.errors import UserError
 from search.evaluation import read_program
 from search.loop.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
@@ -59,15 +64,47 @@ def gap(metrics: dict[str, float]) -> str:
     return f", gap {metrics['gap_closed']:.3f}" if "gap_closed" in metrics else ""
 
 
+QUICK_SEARCH = [
+    "search",
+    "--target",
+    "kv",
+    "--workload",
+    "gen:chat:1",
+    "--capacity",
+    "300",
+    "--holdout",
+    "0.33",
+    "--budget",
+    "2",
+    "--trials",
+    "2",
+    "--sandbox",
+    "process",
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a run of `crucible search --holdout`")
+    parser.add_argument("run", nargs="?", help="a run of `crucible search --holdout` (made by --quick)")
     parser.add_argument("files", nargs="*", help="heuristic files to tune on the head and score on the tail")
     parser.add_argument("--db", default="sqlite:///crucible.db", help="the run's store URL")
     parser.add_argument("--trials", type=int, default=32, help="Optuna trials to tune each file (head, tail)")
     parser.add_argument("--top", type=int, default=5, help="candidates shown from the top of each order")
     parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    with tempfile.TemporaryDirectory(prefix="crucible-holdout-") as folder:
+        if session.quick:
+            args.db, args.trials = f"sqlite:///{folder}/quick.db", 2
+            args.files = args.files or [str(_bench.ROOT / "bench" / "policies" / "found_kv.py")]
+            crucible([*QUICK_SEARCH, "--db", args.db])
+            args.run = ReadModel(Store(open_engine(args.db, create=False))).runs()[0].run_id
+        if args.run is None:
+            parser.error("name a run of `crucible search --holdout` (or pass --quick)")
+        session.save(transfer(args))
+
+
+def transfer(args: argparse.Namespace) -> dict[str, object]:
+    """Print how the run's candidates and the files score on head and tail; return the figures."""
 
     try:
         read = ReadModel(Store(open_engine(args.db, create=False)))
@@ -118,6 +155,18 @@ def main() -> None:
     rho = spearman(heads, scored)
     print(f"{len(rows)} candidates evaluated on the whole head; Spearman(head, tail) {rho:.3f}")
     print(f"Spearman(the head's unseen part, tail) {spearman(after, scored):.3f}")
+    data: dict[str, object] = {
+        "run": f"{info.run_id}: {target.name} on {Path(config['workload']).name}",
+        "split": f"head {cut.head}, tail {cut.tail}{' warm' if cut.warm else ''}",
+        "rank correlation": [
+            {
+                "candidates": len(rows),
+                "Spearman(head, tail)": rho,
+                "Spearman(unseen part, tail)": spearman(after, scored),
+            }
+        ],
+    }
+    picks, files = [], []
     for label, i in (("the head's best", best), ("the unseen part's best", picked), ("the tail's best", top)):
         head_rank, tail_rank = 1 + int(np.sum(heads > heads[i])), 1 + int(np.sum(scored > scored[i]))
         print(
@@ -125,6 +174,19 @@ def main() -> None:
             f" {head_rank}), tail {tails[i]:.4f} ({tails[i] / best_tail:.3f}x{gap(tail_metrics[i])},"
             f" rank {tail_rank})"
         )
+        picks.append(
+            {
+                "pick": label,
+                "candidate": rows[i].id,
+                "head": rows[i].score,
+                "head x best baseline": rows[i].score / best_head,
+                "head rank": head_rank,
+                "tail": tails[i],
+                "tail x best baseline": tails[i] / best_tail,
+                "tail rank": tail_rank,
+            }
+        )
+    data["picks"] = picks
     for title, order in (("by head", np.argsort(-heads)), ("by tail", np.argsort(-scored))):
         shown = ", ".join(f"#{rows[i].id} {rows[i].score:.4f}/{tails[i]:.4f}" for i in order[: args.top])
         print(f"top {args.top} {title} (head/tail): {shown}")
@@ -141,6 +203,19 @@ def main() -> None:
             f" re-tuned on the tail {retuned[metric]:.4f}"
             f" ({retuned[metric] / best_tail:.3f}x{gap(retuned)})"
         )
+        files.append(
+            {
+                "file": file,
+                "head": on_head[metric],
+                "head x best baseline": on_head[metric] / best_head,
+                "tail": on_tail[metric],
+                "tail x best baseline": on_tail[metric] / best_tail,
+                "re-tuned on the tail": retuned[metric],
+                "re-tuned x best baseline": retuned[metric] / best_tail,
+            }
+        )
+    data["files"] = files
+    return data
 
 
 if __name__ == "__main__":

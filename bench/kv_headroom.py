@@ -1,8 +1,10 @@
 """Where Belady's lead over LRU comes from on a kv window: knowing *whether* a block is used again, or *when*.
 
 Run from the repository root: `python bench/kv_headroom.py [--trace PATH] [--requests 4836:7218]
-[--capacities 1000 4000]`. The default window is the held-out tail of the shipped train trace (the last third,
-as `crucible search --holdout 0.33` cuts it). For each capacity it replays, in the target's own prefix cache:
+[--capacities 1000 4000] [--quick] [--record]` (`--quick`: requests 1500:2000 of the shipped head of the
+trace at 300 blocks; without the shared data beside the checkout only `--quick` or a `--trace` runs). The
+default window is the held-out tail of the shipped train trace (the last third, as `crucible search
+--holdout 0.33` cuts it). For each capacity it replays, in the target's own prefix cache:
 LRU, S3-FIFO (the best classic policy there), Belady, and an offline oracle no candidate can be, "returns":
 evict first the blocks never used again in the window, otherwise the least recently used. Each row is a block
 hit rate, the share of the LRU-to-Belady gap it closes, and its ratio to S3-FIFO; the last line says what
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import _bench
 import numpy as np
 
 from targets.base import Instance
@@ -34,8 +37,9 @@ from verifiers.compiler import to_numba
 from verifiers.program import Signature
 from verifiers.static import check
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-TRAIN = DATA / "kv" / "mooncake_conversation_train.jsonl"
+TRAIN = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"
+SHIPPED = _bench.SHIPPED_KV / "mooncake_conversation_head.jsonl"
+QUICK = ("1500:2000", [300])
 ORACLE = Signature(name=PRIORITY.name, features=(*PRIORITY.features, ORACLE_NEXT_USE.name))
 RETURNS = '''"""Evict first what is never used again in the window; otherwise the least recently used."""
 
@@ -162,16 +166,20 @@ def predictability(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(TRAIN))
+    parser.add_argument("--trace", type=Path, default=TRAIN)
     parser.add_argument("--requests", default="4836:7218", help="START:STOP window of the trace's requests")
     parser.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000])
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.requests, args.capacities = QUICK
+    args.trace = _bench.data_file(args.trace, session.quick, SHIPPED)
     target = KVTarget()
     start, stop = (int(x) for x in args.requests.split(":"))
     trace = load_workload(args.trace)
     accesses = reused(trace, start, stop)
     turns, gaps, followed = conversations(trace, stop)
     blur_aucs = {weight: blurred_auc(trace, accesses, weight) for weight in BLUR_WEIGHTS}
+    policies, blurred = [], []
     for capacity in args.capacities:
         instance = Instance(args.trace, {"capacity": capacity, "requests": [start, stop]})
         lru = target.evaluate(check(target.baselines()["lru"], target.signatures), instance, {})
@@ -186,25 +194,58 @@ def main() -> None:
         for name, rate in rows.items():
             gap = (rate - low) / (high - low)
             print(f"  {name:<18} hit rate {rate:.4f}  gap closed {gap:6.3f}  x s3fifo {rate / classic:.3f}")
+            policies.append(
+                {
+                    "capacity": capacity,
+                    "policy": name,
+                    "hit rate": rate,
+                    "gap closed": gap,
+                    "x s3fifo": rate / classic,
+                }
+            )
         aim = 1.5 * classic
         print(f"  1.5x s3fifo = hit rate {aim:.4f}: {(aim - low) / (high - low):.3f} of the gap")
         print("  returns (oracle) blurred by noise of weight w (AUC: how well it ranks 'used again'):")
         for weight, score in blur_aucs.items():
             rate = _oracle_rate(instance, BLURRED.format(weight=weight, hash=NOISE_HASH))
             print(f"    w {weight:<5} AUC {score:.3f}  hit rate {rate:.4f}  x s3fifo {rate / classic:.3f}")
+            blurred.append(
+                {
+                    "capacity": capacity,
+                    "noise weight": weight,
+                    "AUC": score,
+                    "hit rate": rate,
+                    "x s3fifo": rate / classic,
+                }
+            )
     print(f"what a cache sees, ranking 'used again' over the block accesses of {start}:{stop} (AUC):")
-    for name, score in visible_auc(trace, accesses, turns).items():
+    visible = visible_auc(trace, accesses, turns)
+    for name, score in visible.items():
         print(f"  {name:<26} {score:.3f}")
+    next_turns = []
     print(f"next turn of a request in {start}:{stop}, by its conversation's turns so far (4: four or more):")
     for k in range(1, 5):
         mask = np.minimum(turns[start:stop], 4) == k
         share = followed[start:stop][mask].mean()
         print(f"  turns {k}: {mask.sum()} requests, {share:.0%} followed by a next turn")
+        next_turns.append({"turns so far": k, "requests": int(mask.sum()), "followed by a next turn": share})
+    ranked = []
     if start > 0:
         print("how well a request's features rank 'a next turn follows' (AUC; 0.5 is chance, 1 is exact):")
         print(f"  {'feature':<24} 0:{start}  {start}:{stop}")
         for name, (head, window) in predictability(trace, start, stop, turns, gaps, followed).items():
             print(f"  {name:<24} {head:.3f}   {window:.3f}")
+            ranked.append({"feature": name, f"AUC 0:{start}": head, f"AUC {start}:{stop}": window})
+    session.save(
+        {
+            "window": f"requests {start}:{stop} of {Path(args.trace).name}",
+            "policies": policies,
+            "blurred returns oracle": blurred,
+            "what a cache sees (AUC of used again)": [{"score": k, "AUC": v} for k, v in visible.items()],
+            "next turns": next_turns,
+            "a next turn follows (AUC)": ranked,
+        }
+    )
 
 
 if __name__ == "__main__":

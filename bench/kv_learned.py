@@ -1,25 +1,28 @@
 """How far a key fitted to Belady's answers on the head sees into the tail: a learned key (as LRB learns one).
 
-Run from the repository root: `python bench/kv_learned.py [--trace PATH] [--requests 4836:7218]
-[--capacities 1000 4000] [--horizons 30 300 900] [--network]`. For each capacity it replays the trace up to
-the window's end under Perfect LFU and keeps every block state the mechanism scores: the features a candidate
-may read (the clock features aside, as the proposer leaves them) and the block's next use, which only Belady
-may read. A state is labelled "used again within H seconds". A logistic regression on the log1p of the
-features, fitted on the states before the window (the head), is scored by AUC on the head and on the window,
-then written as a kv program (a weighted sum of log1p terms, checked like any candidate) and replayed on the
-head and on the warm window, against Perfect LFU and the LRU-to-Belady gap there. With `--network` a
-two-layer network (torch) is fitted to the same states for a few passes, and each pass's AUC says what a
-nonlinear model of these features ranks (reading the best pass on the window is hindsight, which flatters
-it). What this shows: how well Belady's choices can be imitated from what a cache sees, not a bound on every
-policy (a key also orders by when, and states are sampled under one policy).
+Run from the repository root: `python bench/kv_learned.py [--trace PATH] [--requests 4836:7218] [--capacities
+1000 4000] [--horizons 30 300 900] [--network] [--quick] [--record]` (`--quick`: requests 1500:2000 of the
+shipped head of the trace, 300 blocks, one horizon, two passes with `--network`). For each capacity it replays
+the trace up to the window's end under Perfect LFU and keeps every block state the mechanism scores: the
+features a candidate may read (the clock features aside, as the proposer leaves them) and the block's next
+use, which only Belady may read. A state is labelled "used again within H seconds". A logistic regression on
+the log1p of the features, fitted on the states before the window (the head), is scored by AUC on the head and
+on the window, then written as a kv program (a weighted sum of log1p terms, checked like any candidate) and
+replayed on the head and on the warm window, against Perfect LFU and the LRU-to-Belady gap there. With
+`--network` a two-layer network (torch) is fitted to the same states for a few passes, and each pass's AUC
+says what a nonlinear model of these features ranks (reading the best pass on the window is hindsight, which
+flatters it). What this shows: how well Belady's choices can be imitated from what a cache sees, not a bound
+on every policy (a key also orders by when, and states are sampled under one policy).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+import _bench
 import numpy as np
-from kv_headroom import TRAIN, auc, logistic
+from kv_headroom import QUICK, SHIPPED, TRAIN, auc, logistic
 from numba import njit
 
 from targets.base import Instance
@@ -113,18 +116,23 @@ def network_aucs(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(TRAIN))
+    parser.add_argument("--trace", type=Path, default=TRAIN)
     parser.add_argument("--requests", default="4836:7218", help="START:STOP: the head is 0:START")
     parser.add_argument("--capacities", type=int, nargs="+", default=[1000, 4000])
     parser.add_argument("--horizons", type=float, nargs="+", default=[30.0, 300.0, 900.0])
     parser.add_argument("--limit", type=int, default=2_000_000, help="most block states kept")
     parser.add_argument("--network", action="store_true", help="also fit a two-layer network (needs torch)")
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    passes = 6
+    if session.quick:
+        (args.requests, args.capacities), args.horizons, passes = QUICK, [300.0], 2
+    args.trace = _bench.data_file(args.trace, session.quick, SHIPPED)
     start, stop = (int(x) for x in args.requests.split(":"))
     target, trace = KVTarget(), load_workload(args.trace)
     baselines = target.baselines()
     head_end = trace.timestamps_s[start]
     columns = [ORACLE_COLUMNS[name] for name in READ]
+    rows = []
 
     def hit_rate(source: str, capacity: int, window: tuple[int, int], warm: bool) -> float:
         config = {"capacity": capacity, "requests": list(window), **({"warm": True} if warm else {})}
@@ -162,10 +170,24 @@ def main() -> None:
                 f"as a key {on_head:.4f} head ({on_head / lfu_head:.3f}x Perfect LFU), {on_tail:.4f} window "
                 f"({on_tail / lfu_tail:.3f}x, gap closed {(on_tail - lru) / (belady - lru):.3f})"
             )
+            row = {
+                "capacity": capacity,
+                "used again within s": horizon,
+                "AUC head": auc(score[head], label[head]),
+                "AUC window": auc(score[~head], label[~head]),
+                "key on head": on_head,
+                "x Perfect LFU (head)": on_head / lfu_head,
+                "key on window": on_tail,
+                "x Perfect LFU (window)": on_tail / lfu_tail,
+                "gap closed": (on_tail - lru) / (belady - lru),
+            }
             if args.network:
-                aucs = network_aucs(z, label, head)
-                passes = ", ".join(f"{h:.3f}/{w:.3f}" for h, w in aucs)
-                print(f"    network, AUC head/window after each pass: {passes}")
+                aucs = network_aucs(z, label, head, passes)
+                shown = ", ".join(f"{h:.3f}/{w:.3f}" for h, w in aucs)
+                print(f"    network, AUC head/window after each pass: {shown}")
+                row["network AUC head/window per pass"] = shown
+            rows.append(row)
+    session.save({"window": f"requests {start}:{stop} of {Path(args.trace).name}", "learned keys": rows})
 
 
 if __name__ == "__main__":

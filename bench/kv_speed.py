@@ -1,6 +1,7 @@
 """Block accesses per second of the kv simulator, as ratios against libCacheSim's own LRU on the same stream.
 
-Run from the repository root: `python bench/kv_speed.py [--trace PATH] [--capacity N] [--accesses N]`.
+Run from the repository root: `python bench/kv_speed.py [--trace PATH] [--capacity N] [--accesses N]
+[--quick] [--record]` (`--quick`: the seeded chat generator, 3,000 accesses, one round).
 Our side times the compiled replay kernel alone (trace loaded, flattened and compiled beforehand);
 libCacheSim's side times `process_trace` alone over a plain-text trace it reads from a temporary file.
 Prefix mode replays each key the way the target does (`key_policy`: the static heap for a key reading no
@@ -21,25 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _bench
 import libcachesim as lcs
 import numpy as np
 
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import (
-    ALL_POPULATION,
-    POLICY_KEY,
-    compiled_replay,
-    key_policy,
-    key_reads,
-    population_reads,
-)
-from targets.kv.target import PRIORITY, KVTarget, flatten, load_workload
+from targets.kv.prefix_cache import ALL_POPULATION, POLICY_KEY, key_policy, key_reads, population_reads
+from targets.kv.target import PRIORITY, KVTarget, flatten, load_workload, replay_trace
 from targets.kv.trace import Trace
 from verifiers.compiler import to_numba
 from verifiers.static import check
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-REAL = DATA / "kv" / "mooncake_conversation_train.jsonl"
+REAL = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"
 FALLBACK = "gen:chat:0"
 
 MULTI_FEATURE = '''"""Frequency, recency, reuse interval, depth and hit population, as evolved ones mix."""
@@ -62,7 +56,7 @@ AIMS = {"LRU (baseline)": 1.0, "multi-feature": 0.5}
 
 def main() -> None:
     """Time libCacheSim LRU and each policy's replays in interleaved rounds; print the table against LRU."""
-    args = _arguments()
+    args, session = _arguments()
     trace = _stream(args.trace, args.accesses)
     flat = flatten(trace)
     print(
@@ -100,22 +94,38 @@ def main() -> None:
     n = trace.n_accesses
     their_s = statistics.median(times[("libCacheSim LRU", "flat")])
     print(f"\n{'policy':<16} {'mode':<7} {'accesses/s':>12} {'vs lcs LRU':>11} {'s/replay':>9} {'hits':>7}")
+    rows = []
     for (name, mode), measured in times.items():
         seconds = statistics.median(measured)
         speed, ratio = n / seconds, their_s / seconds
         print(
             f"{name:<16} {mode:<7} {speed:>12,.0f} {ratio:>10.4f}x {seconds:>9.3f} {hits[(name, mode)]:>7.4f}"
         )
+        rows.append(
+            {
+                "policy": name,
+                "mode": mode,
+                "accesses/s": speed,
+                "vs libCacheSim LRU": ratio,
+                "s/replay": seconds,
+                "hit rate": hits[(name, mode)],
+            }
+        )
     print("prefix: replayed as the target replays it (the static heap where the key allows it, scores kept")
     print("while they hold: exactly the same evictions); prefix*: every evictable leaf scored with every")
     print("statistic at each eviction, whatever the key reads")
+    aims = []
     for name, aim in AIMS.items():
         ratio = their_s / statistics.median(times[(name, "prefix")])
-        print(f"aim {name}: >= {aim}x libCacheSim LRU, {'met' if ratio >= aim else 'not met'} ({ratio:.3f}x)")
+        met = ratio >= aim
+        print(f"aim {name}: >= {aim}x libCacheSim LRU, {'met' if met else 'not met'} ({ratio:.3f}x)")
+        aims.append({"policy": name, "aim (x libCacheSim LRU)": aim, "measured": ratio, "met": met})
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    stream = f"{trace.name}: {n} block accesses, capacity {args.capacity} blocks, median of {args.repeats}"
+    session.save({"stream": stream, "speed": rows, "aims": aims})
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments() -> tuple[argparse.Namespace, _bench.Session]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = str(REAL) if REAL.is_file() else FALLBACK
     parser.add_argument("--trace", default=default, help="Mooncake JSONL path or gen:<kind>:<seed>")
@@ -129,7 +139,10 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--flat", action="store_true", help="also time the flat stream (slow)")
-    return parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.trace, args.capacity, args.accesses, args.repeats = FALLBACK, 300, 3000, 1
+    return args, session
 
 
 def _stream(workload: str, accesses: int) -> Trace:
@@ -148,11 +161,9 @@ def _replayer(
     key: Any, params: np.ndarray, capacity: int, trace: Trace, policy: int, population: int
 ) -> Callable[[], float]:
     """A closure replaying the whole trace; returns the block hit ratio."""
-    kernel = compiled_replay()
-    arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
 
     def run() -> float:
-        counters, _, _, _ = kernel(key, params, policy, population, capacity, *arrays, False)
+        counters, _, _, _ = replay_trace(trace, capacity, key, params, policy, population=population)
         return counters[2] / counters[1]
 
     return run

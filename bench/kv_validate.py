@@ -15,6 +15,8 @@ FIFO decide alike there, and tau-b counts that pair as a tie). Takes about a qua
 cores: every request with a hit is prefilled twice (over its cached prefix and from scratch), `--repeats`
 times each. The engine times computation in the computing thread's CPU time (the profiler's clock), so a
 busy machine's other jobs do not count; their use of the caches and memory still does.
+`--quick`: LRU and the found heuristic on 16 requests of the shipped head of the trace at 60 blocks, one
+repeat, in the process sandbox (the checks are computed, not required to pass).
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import _bench
 from rich.console import Console
 
 from search.cli.kernels import error_table
-from search.cli.main import main as crucible
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED, load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "data" / "kv" / "mooncake_conversation_train.jsonl"
+ROOT = _bench.ROOT
+TRACE = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"
+QUICK_TRACE = ROOT / "targets" / "kv" / "workloads" / "mooncake_conversation_head.jsonl"
 FOUND = ROOT / "bench" / "policies" / "found_kv.py"
 
 
@@ -47,16 +50,23 @@ def main() -> None:
         help="cpu-2core-busy where other jobs load the machine",
     )
     parser.add_argument("--sandbox", default="auto", help="docker, process or auto (as crucible validate)")
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.trace = QUICK_TRACE
+        args.requests, args.capacity, args.repeats, args.sandbox = "0:16", 60, 1, "process"
+    args.trace = _bench.data_file(Path(args.trace), session.quick, QUICK_TRACE)
+    check = [] if session.quick else ["--check"]  # tiny slices need not pass the checks
+    candidates = ["lru", str(FOUND)] if session.quick else ["lru", "fifo", "lfu", "belady", str(FOUND)]
     console = Console()
     for name in SHIPPED:
         console.print(error_table(load_profile(name)))
-    crucible(
-        ["validate", "--target", "kv", "--check",
+    _bench.crucible(
+        session,
+        ["validate", "--target", "kv", *check,
          "--workload", args.trace, "--requests", args.requests, "--capacity", str(args.capacity),
          "--repeats", str(args.repeats), "--block-tokens", str(args.block_tokens),
          "--profile", args.profile,
-         "--candidates", "lru", "fifo", "lfu", "belady", str(FOUND), "--sandbox", args.sandbox]
+         "--candidates", *candidates, "--sandbox", args.sandbox]
     )  # fmt: skip
 
 

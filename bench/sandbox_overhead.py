@@ -1,6 +1,8 @@
 """Overhead per candidate job of each sandbox backend, as a ratio to the same evaluation run in-process.
 
-Run from the repository root: `python bench/sandbox_overhead.py [--budget N] [--jobs N] [--gap S]`.
+Run from the repository root: `python bench/sandbox_overhead.py [--budget N] [--jobs N] [--gap S]
+[--backends process docker] [--quick] [--record]` (`--quick`: 2 candidates, 2 jobs, a 0.1 s gap, the process
+backend alone, the `gen:chat:1` workload at 300 blocks, 2 trials per candidate).
 The typical job is the search's own: a `crucible search` with its defaults (the shipped kv workload and
 capacity, `RunConfig`'s trials, workers and seed, the evolve proposer) is run in-process and every candidate
 job it hands its sandbox is recorded as the loop built it (tuning, cascade gate, limits). In-process means
@@ -28,6 +30,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import _bench
+
 import targets
 from sandbox.base import Sandbox, SandboxUnavailable
 from sandbox.docker import DockerSandbox
@@ -39,6 +43,8 @@ from search.proposers.evolve import EvolveProposer
 from search.store.store import Store, open_engine
 
 TARGET = "kv"
+QUICK_WORKLOAD = "gen:chat:1"
+"""A short generated trace: `--quick` times the same jobs on less data."""
 
 
 @dataclass
@@ -91,17 +97,22 @@ class Clock(Reporter):
 
 
 def main() -> None:
-    args = _arguments()
+    args, session = _arguments()
     start_load = os.getloadavg()  # other work on a shared machine moves every figure; say how much there was
     target = targets.load(TARGET)
     target_config = target.default_config()
     workload = target_config.pop("workload")
-    config = RunConfig(TARGET, workload, target_config, budget=args.budget)
+    if session.quick:
+        workload, target_config["capacity"] = QUICK_WORKLOAD, 300
+    fewer = {"trials": 2} if session.quick else {}  # else RunConfig's default, the search's own
+    config = RunConfig(TARGET, workload, target_config, budget=args.budget, **fewer)
     instances = tuple(target.instances(workload, target_config))
     warm = Job(TARGET, next(iter(target.baselines().values())), instances)
     local = InProcess(config.workers, warm)
     backends: dict[str, Sandbox] = {"in-process": local}
     for name, make in (("process", ProcessSandbox), ("docker", DockerSandbox)):
+        if name not in args.backends:
+            continue
         try:
             backends[name] = make()
         except SandboxUnavailable as exc:
@@ -137,6 +148,23 @@ def main() -> None:
         "of each batch's ratio to the same batch in-process)",
         figures,
     )
+    data: dict[str, object] = {
+        "typical job": f"{trials} Optuna trials on {instances[0].label}; {config.workers} workers",
+        "whole search (s/candidate)": [
+            {"backend": name, "s/candidate": seconds, "x in-process": seconds / searches["in-process"]}
+            for name, seconds in searches.items()
+        ],
+        "replayed jobs": [
+            {
+                "backend": name,
+                "cadence": cadence,
+                "median s/job": statistics.median(seconds),
+                "x in-process": _ratio(seconds, figures["in-process"][cadence]),
+            }
+            for name, row in figures.items()
+            for cadence, seconds in row.items()
+        ],
+    }
     if "docker" in figures:
         busy, *_, paused = cadences
         docker, base = figures["docker"], figures["in-process"]
@@ -147,11 +175,17 @@ def main() -> None:
             f"with no pause to start it in ({busy}); {whole} over a whole offline search, where starting "
             "and warming containers competes with the jobs"
         )
+        data["docker overhead"] = [
+            {"cadence": paused, "overhead": _overhead(docker[paused], base[paused])},
+            {"cadence": busy, "overhead": _overhead(docker[busy], base[busy])},
+            {"cadence": "a whole offline search", "overhead": whole},
+        ]
     print(f"\nload average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for box in backends.values():
         close = getattr(box, "close", None)
         if close:
             close()
+    session.save(data)
 
 
 def _search(config: RunConfig, box: Sandbox) -> float:
@@ -227,12 +261,18 @@ def _overhead(seconds: Sequence[float], base: Sequence[float]) -> str:
     return f"{_ratio(seconds, base) - 1:+.0%}"
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments() -> tuple[argparse.Namespace, _bench.Session]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=40, help="candidates of each search")
     parser.add_argument("--jobs", type=int, default=32, help="candidate jobs replayed per cadence")
     parser.add_argument("--gap", type=float, default=3.0, help="pause before each batch, last cadence")
-    return parser.parse_args()
+    parser.add_argument(
+        "--backends", nargs="+", default=["process", "docker"], help="sandboxes measured against in-process"
+    )
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.budget, args.jobs, args.gap, args.backends = 2, 2, 0.1, ["process"]
+    return args, session
 
 
 if __name__ == "__main__":

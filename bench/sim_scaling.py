@@ -1,7 +1,7 @@
 """How the simulators' cost grows: seconds per block access (kv) and per iteration (batching) at 10k, 100k
 and 1M, on traces that only get longer (the same generator, the same rates, the same machine).
 
-    .venv/bin/python bench/sim_scaling.py [--sizes 10000 100000 1000000] [--repeats 3]
+    .venv/bin/python bench/sim_scaling.py [--sizes 10000 100000 1000000] [--repeats 3] [--quick] [--record]
 
 kv: the seeded multi-turn chat generator (targets/kv/generators.py) with as many sessions as the size needs,
 replayed with LRU and with a multi-feature key as the target replays them (the generator's arrivals
@@ -10,6 +10,7 @@ rarely share a time, so the multi-feature key scores every evictable leaf at nea
 output) pairs with Poisson arrivals at a load the machine keeps up with, as many as the size needs in
 iterations, served FCFS by the compiled simulator. Each replay is timed after a warm-up on the smallest
 size, so compiling is not counted. Linear growth shows as a flat per-access (per-iteration) column.
+`--quick`: 2,000 and 4,000, one replay each.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
+import _bench
 import numpy as np
 
 from targets.base import Instance
@@ -32,8 +34,8 @@ from targets.batching.target import BatchingTarget, instance_requests, shipped_w
 from targets.batching.target import _compiled as batching_key
 from targets.batching.trace import Requests
 from targets.kv.generators import multi_turn_chat
-from targets.kv.prefix_cache import compiled_replay, key_policy, key_reads, population_reads
-from targets.kv.target import PRIORITY, KVTarget
+from targets.kv.prefix_cache import key_policy, key_reads, population_reads
+from targets.kv.target import PRIORITY, KVTarget, replay_trace
 from targets.kv.target import _compiled as kv_key
 from targets.kv.trace import Trace
 from verifiers.static import check
@@ -58,14 +60,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3, help="replays per row; the median is printed")
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.sizes, args.repeats = [2000, 4000], 1
     print(f"load average before: {os.getloadavg()[0]:.2f}; median of {args.repeats} replays per row")
-    kv(sorted(args.sizes), args.repeats)
-    batching(sorted(args.sizes), args.repeats)
+    kv_rows = kv(sorted(args.sizes), args.repeats)
+    batching_rows = batching(sorted(args.sizes), args.repeats)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    session.save({"kv": kv_rows, "batching": batching_rows})
 
 
-def kv(sizes: list[int], repeats: int) -> None:
+def kv(sizes: list[int], repeats: int) -> list[dict[str, object]]:
     """Seconds per block access of the kv replay, LRU and a multi-feature key, at each size."""
     per_session = multi_turn_chat(0, n_sessions=200).n_accesses / 200
     keys = {}
@@ -82,6 +87,7 @@ def kv(sizes: list[int], repeats: int) -> None:
     warm = multi_turn_chat(0, n_sessions=20)
     for key, params, policy, population in keys.values():
         _replay(warm, key, params, policy, population)
+    rows: list[dict[str, object]] = []
     for size in sizes:
         trace = multi_turn_chat(0, n_sessions=max(1, round(size / per_session)))
         for name, (key, params, policy, population) in keys.items():
@@ -90,6 +96,18 @@ def kv(sizes: list[int], repeats: int) -> None:
             sized = f"{trace.n_accesses:>10} {trace.n_requests:>9}"
             hit, evicted = counters[2] / counters[1], counters[5] / counters[1]
             print(f"{sized} {name:<14} {seconds:>8.3f} {us:>10.3f} {hit:>7.4f} {evicted:>17.3f}")
+            rows.append(
+                {
+                    "accesses": trace.n_accesses,
+                    "requests": trace.n_requests,
+                    "policy": name,
+                    "seconds": seconds,
+                    "us/access": us,
+                    "hit rate": hit,
+                    "evictions/access": evicted,
+                }
+            )
+    return rows
 
 
 def _timed(run: Callable[[], T], repeats: int) -> tuple[float, T]:
@@ -103,12 +121,11 @@ def _timed(run: Callable[[], T], repeats: int) -> tuple[float, T]:
 
 
 def _replay(trace: Trace, key: object, params: np.ndarray, policy: int, population: int) -> np.ndarray:
-    arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    counters, _, _, _ = compiled_replay()(key, params, policy, population, KV_CAPACITY, *arrays, False)
+    counters, _, _, _ = replay_trace(trace, KV_CAPACITY, key, params, policy, population=population)
     return counters
 
 
-def batching(sizes: list[int], repeats: int) -> None:
+def batching(sizes: list[int], repeats: int) -> list[dict[str, object]]:
     """Seconds per iteration of the compiled batching simulator, FCFS, at each size in iterations."""
     target = BatchingTarget()
     head = instance_requests(Instance(str(shipped_workload_path()), target.default_config()))
@@ -121,6 +138,7 @@ def batching(sizes: list[int], repeats: int) -> None:
     per_request = probe.iterations / 300
     print(f"\nbatching: Azure head (prompt, output) pairs, Poisson arrivals at {rate:.3f}/s, FCFS, {limits}")
     print(f"{'iterations':>10} {'requests':>9} {'seconds':>8} {'us/iteration':>13} {'unfinished':>11}")
+    rows: list[dict[str, object]] = []
     for size in sizes:
         requests = _drawn(head, max(1, round(size / per_request)), rate, 1)
         seconds, served = _timed(
@@ -128,6 +146,16 @@ def batching(sizes: list[int], repeats: int) -> None:
         )
         us = seconds / served.iterations * 1e6
         print(f"{served.iterations:>10} {requests.n:>9} {seconds:>8.3f} {us:>13.3f} {served.unfinished:>11}")
+        rows.append(
+            {
+                "iterations": served.iterations,
+                "requests": requests.n,
+                "seconds": seconds,
+                "us/iteration": us,
+                "unfinished": served.unfinished,
+            }
+        )
+    return rows
 
 
 def _drawn(head: Requests, n: int, rate_per_s: float, seed: int) -> Requests:

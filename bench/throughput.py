@@ -1,7 +1,8 @@
 """Candidates per minute of a search on a Dask cluster of 1, 2 and 4 workers against the same search in
 process; the time per job the Dask executor adds; the steady-state loop against the batch loop.
 
-Run from the repository root: `python bench/throughput.py [--budget N] [--trials N]`.
+Run from the repository root: `python bench/throughput.py [--budget N] [--trials N] [--clusters 1 2 4]
+[--quick] [--record]` (`--quick`: 2 candidates of 1 trial, a cluster of 1 worker).
 
 Every figure is a real search (kv, the `gen:chat:1` workload at capacity 300, the evolve proposer, seed 0)
 run to its budget into a fresh store, timed from `execute` to the end (baselines included):
@@ -31,6 +32,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import _bench
 import cloudpickle
 from distributed import LocalCluster
 
@@ -99,7 +101,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=12, help="candidates per search")
     parser.add_argument("--trials", type=int, default=4, help="Optuna trials per candidate")
-    args = parser.parse_args()
+    parser.add_argument("--clusters", type=int, nargs="+", default=[1, 2, 4], help="Dask workers of each")
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.budget, args.trials, args.clusters = 2, 1, [1]
     settings = {"budget": args.budget, "trials": args.trials}
     load = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="crucible-throughput-"))
@@ -109,8 +114,9 @@ def main() -> None:
         thread_overhead = overhead(pool)
     print(f"{'executor':<14}{'cand/min':>10}{'x in-process':>14}")
     print(f"{'in-process':<14}{alone:>10.1f}{1.0:>14.2f}")
+    rows = [{"executor": "in-process", "candidates/min": alone, "x in-process": 1.0}]
     dask_overhead = 0.0
-    for workers in (1, 2, 4):
+    for workers in args.clusters:
         cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -121,9 +127,10 @@ def main() -> None:
         )
         with cluster, connect(cluster.scheduler_address) as executor:
             rate = search(folder, f"dask-{workers}", executor, InProcess(), workers, **settings)
-            if workers == 1:
+            if workers == args.clusters[0]:
                 dask_overhead = overhead(executor)
         print(f"{f'dask {workers}':<14}{rate:>10.1f}{rate / alone:>14.2f}")
+        rows.append({"executor": f"dask {workers}", "candidates/min": rate, "x in-process": rate / alone})
     print(
         f"executor overhead per job: thread pool {thread_overhead * 1e3:.2f} ms, "
         f"dask {dask_overhead * 1e3:.2f} ms ({dask_overhead / thread_overhead:.0f}x)"
@@ -137,6 +144,17 @@ def main() -> None:
         f"batch {rates['batch']:.1f} cand/min: steady/batch {rates['steady'] / rates['batch']:.2f}"
     )
     print(f"load average before {load:.1f}, after {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
+    session.save(
+        {
+            "searches": rows,
+            "executor overhead per job": [
+                {"thread pool ms": thread_overhead * 1e3, "dask ms": dask_overhead * 1e3}
+            ],
+            "jobs of differing length, 4 in flight": [
+                {"schedule": name, "candidates/min": rate} for name, rate in rates.items()
+            ],
+        }
+    )
 
 
 if __name__ == "__main__":

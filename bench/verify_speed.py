@@ -1,6 +1,7 @@
 """Z3 verification time per kv candidate, and how often a verdict is `unknown`.
 
-Run from the repository root: `python bench/verify_speed.py [--candidates N] [--seed S] [--seconds T]`.
+Run from the repository root: `python bench/verify_speed.py [--candidates N] [--seed S] [--seconds T]
+[--quick] [--record]` (`--quick`: 6 candidates).
 The candidates are what a search verifies: children of the kv baselines written by the offline evolve
 proposer, each child becoming a possible parent, as in a run. Each is verified as the loop does it, through
 one `Verifier` (a long-lived child process), so the time includes the round trip; the child's start-up is
@@ -14,6 +15,8 @@ import random
 import statistics
 import time
 from collections import Counter
+
+import _bench
 
 from search.loop.search import brief, domains
 from search.proposers.base import Entry, ProposalFailed, ProposalRequest
@@ -55,7 +58,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=2.0, help="Z3's limit per property")
-    args = parser.parse_args()
+    args, session = _bench.start(parser)
+    if session.quick:
+        args.candidates = 6
 
     target = KVTarget()
     sources = candidates(args.candidates, args.seed)
@@ -86,6 +91,23 @@ def main() -> None:
     print(f"candidates rejected (hard):    {rejected / len(results):.4f}")
     for name, counts in by_property.items():
         print(f"  {name:24s} " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())))
+    session.save(
+        {
+            "summary": [
+                {
+                    "candidates": len(programs),
+                    "properties": len(properties),
+                    "Z3 limit s": args.seconds,
+                    "median s": statistics.median(times),
+                    "p90 s": statistics.quantiles(times, n=10)[-1],
+                    "max s": max(times),
+                    "unknown share": unknown / len(outcomes),
+                    "rejected share": rejected / len(results),
+                }
+            ],
+            "verdicts by property": [{"property": name, **counts} for name, counts in by_property.items()],
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ a search runs with `--budget` at most BUDGET (one that states no budget gets BUD
 an example names (`trace.jsonl`, `azure.csv`...) is laid out as REQUESTS requests of its target's shipped
 trace, and optional parts (`[--json]`) are left out. The process variant runs every command where no Docker
 engine answers, as in a new user's first hour; the docker variant (marker docker) runs those whose outcome
-depends on the backend where the engine and the image are up.
+depends on the backend where the engine and the image are up. The documentation's getting-started page and
+guides (DOC_PAGES) are run the same way, each page in a fresh folder of its own; a block with a language
+(```sh) is shown, not run, as those pages say.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sandbox.docker import DockerSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOC_PAGES = [ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
 CRUCIBLE = Path(sys.executable).with_name("crucible")
 BUDGET = int(os.environ.get("CRUCIBLE_README_BUDGET", "2"))
 """The most candidates a README search runs here (the README's figures state their own command)."""
@@ -62,6 +65,7 @@ class Example:
 
     line: int
     text: str
+    source: str = "README.md"
 
     @property
     def words(self) -> list[str]:
@@ -69,7 +73,7 @@ class Example:
         return shlex.split(re.sub(r"\s*\[[^\]]*\]", "", self.text))
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {self.text}"
+        return f"{self.source}:{self.line}: {self.text}"
 
 
 def code_blocks(readme: str) -> Iterator[tuple[int, list[str]]]:
@@ -88,7 +92,7 @@ def code_blocks(readme: str) -> Iterator[tuple[int, list[str]]]:
             block = None
 
 
-def commands(readme: str) -> list[Example]:
+def commands(readme: str, source: str = "README.md") -> list[Example]:
     """Every line of a plain block that runs crucible, or sets it up, with its trailing comment stripped."""
     found = []
     for start, lines in code_blocks(readme):
@@ -97,7 +101,7 @@ def commands(readme: str) -> list[Example]:
             if text.split(" ", 1)[0] in ("crucible", ".venv/bin/crucible") or text.startswith(
                 (SET_UP, TEST_COMMAND)
             ):
-                found.append(Example(start + offset, text))
+                found.append(Example(start + offset, text, source))
     return found
 
 
@@ -204,9 +208,9 @@ def on_docker(tmp_path_factory: pytest.TempPathFactory) -> Session:
     return _session(tmp_path_factory.mktemp("readme-docker"), docker=True)
 
 
-def _params(docker: bool) -> list[object]:
+def _params(docker: bool, examples: list[Example] = RUNNABLE) -> list[object]:
     params = []
-    for example in RUNNABLE:
+    for example in examples:
         if docker and example.words[1] not in RUNS_JOBS and example.words[1:3] != ["runs", "best"]:
             continue
         marks: list[pytest.MarkDecorator] = []
@@ -216,7 +220,8 @@ def _params(docker: bool) -> list[object]:
             )
         if example.text.startswith(NEEDS_TORCH):
             marks += [pytest.mark.slow, pytest.mark.torch]
-        params.append(pytest.param(example, id=f"line{example.line}", marks=marks))
+        page = "" if example.source == "README.md" else Path(example.source).stem + "-"
+        params.append(pytest.param(example, id=f"{page}line{example.line}", marks=marks))
     return params
 
 
@@ -250,6 +255,29 @@ def check(session: Session, example: Example) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize("example", _params(docker=False))
 def test_the_readme_command_works_from_a_users_folder(on_process: Session, example: Example) -> None:
     check(on_process, example)
+
+
+DOC_EXAMPLES = [
+    e
+    for page in DOC_PAGES
+    for e in commands(page.read_text(), str(page.relative_to(ROOT)))
+    if e.words[0] == "crucible"
+]
+
+
+@pytest.fixture(scope="module")
+def doc_sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Session]:
+    """One user's folder per documentation page, made when its first command runs."""
+    return {}
+
+
+@pytest.mark.parametrize("example", _params(docker=False, examples=DOC_EXAMPLES))
+def test_the_docs_command_works_from_a_users_folder(
+    doc_sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory, example: Example
+) -> None:
+    if example.source not in doc_sessions:
+        doc_sessions[example.source] = _session(tmp_path_factory.mktemp("docs-process"), docker=False)
+    check(doc_sessions[example.source], example)
 
 
 @pytest.mark.docker

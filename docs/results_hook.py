@@ -1,0 +1,130 @@
+"""MkDocs hook: a line `{{ result NAME }}` in a page becomes the figures of docs/results/NAME.json, stamped
+with the command that wrote them, its commit, date and machine, so a figure and its command cannot disagree.
+
+`{{ result NAME PATH }}` shows one part of the data only: PATH is a dotted path to a table (a list of
+rows) or a mapping; several paths joined by commas make one table (a mapping is one row), e.g.
+`{{ result kv_search best,baselines }}`. A row's nested mappings (a candidate's `metrics`) become columns of
+their own; `columns=a,b,c` keeps some columns, in that order; `sort=-a` orders the rows by a column
+(descending with the minus). A missing file, a PATH that names nothing or a quick
+bench's figures fail the build.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+from record import RESULTS, read
+
+PLACEHOLDER = re.compile(r"^\{\{ result (?P<name>[\w.-]+)(?P<rest>[^}]*)\}\}$", re.MULTILINE)
+
+
+def number(value: Any) -> str:
+    """Figures as a reader compares them: four significant digits, thousands grouped, whole counts whole."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if value.is_integer() and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 1000:
+        return f"{value:,.1f}"
+    return f"{value:.4g}"
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, list | dict):
+        value = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return " ".join(number(value).split()).replace("|", "\\|")
+
+
+def rows_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    header = columns or list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in header) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its nested mappings' scalars as columns of its own (lists left out)."""
+    out = {k: v for k, v in row.items() if not isinstance(v, list | dict)}
+    for value in row.values():
+        if isinstance(value, dict):
+            out |= {k: v for k, v in value.items() if not isinstance(v, list | dict) and k not in out}
+    return out
+
+
+def part(value: Any, columns: list[str] | None = None) -> str:
+    """A table for a list of rows or a mapping; a line for anything else."""
+    if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+        return rows_table([flat(r) for r in value], columns)
+    if isinstance(value, dict):
+        scalars = {k: v for k, v in value.items() if not isinstance(v, list | dict)}
+        return rows_table([{"": k, "value": v} for k, v in scalars.items()], None)
+    return cell(value)
+
+
+def stamp(record: dict[str, Any], name: str) -> str:
+    """Who measured it, where and when; a loaded machine is said in a warning."""
+    m = record["machine"]
+    load = ", ".join(number(float(x)) for x in m["load_average"])
+    line = (
+        f"`{record['command']}` at commit `{record['commit']}`, {record['date']}; {m['cores']} cores, "
+        f"{number(float(m['memory_gib']))} GiB, load average {load} at the start "
+        f"([{name}.json](results/{name}.json))"
+    )
+    if record["loaded"]:
+        line += (
+            '\n\n!!! warning "Measured on a loaded machine"\n    Other work was running '
+            f"(load average {load} on {m['cores']} cores at the start): timings are slower than idle."
+        )
+    return f"<small>{line}</small>" if not record["loaded"] else line
+
+
+def select(data: Any, path: str, name: str) -> Any:
+    for key in path.split("."):
+        if isinstance(data, dict) and key in data:
+            data = data[key]
+        elif isinstance(data, list) and key.isdigit() and int(key) < len(data):
+            data = data[int(key)]
+        else:
+            raise PluginError(f"results/{name}.json holds nothing at {path!r} (at {key!r})")
+    return data
+
+
+def render(name: str, rest: str, page_path: str) -> str:
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise PluginError(
+            f"{page_path}: no results file {path} (record it: docs/record.py or a bench's --record)"
+        )
+    record = read(path)
+    if "--quick" in shlex.split(record["command"]):
+        raise PluginError(f"{path}: recorded by a --quick run; a page shows full runs only")
+    words = rest.split()
+    columns = next((w.split("=", 1)[1].split(",") for w in words if w.startswith("columns=")), None)
+    selected = [w for w in words if not w.startswith(("columns=", "sort="))]
+    depth = "../" * page_path.count("/")
+    shown = stamp(record, name).replace("](results/", f"]({depth}results/")
+    if selected:
+        chosen = [select(record["data"], path, name) for path in selected[0].split(",")]
+        rows = [r for c in chosen for r in (c if isinstance(c, list) else [c])]
+        value: Any = rows if len(chosen) > 1 or isinstance(chosen[0], list) else chosen[0]
+        order = next((w.split("=", 1)[1] for w in words if w.startswith("sort=")), "")
+        if order and isinstance(value, list):
+            key = order.lstrip("-")
+            value = sorted(value, key=lambda r: flat(r).get(key, 0), reverse=order.startswith("-"))
+        return part(value, columns) + "\n\n" + shown
+    parts = []
+    for key, value in record["data"].items():
+        parts.append(
+            f"**{key}**: {cell(value)}"
+            if not isinstance(value, list | dict)
+            else f"**{key}**\n\n{part(value)}"
+        )
+    return "\n\n".join([*parts, shown])
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    """Replace each placeholder line of the page with its figures."""
+    return PLACEHOLDER.sub(lambda m: render(m["name"], m["rest"], page.file.src_uri), markdown)

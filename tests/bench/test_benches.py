@@ -1,0 +1,46 @@
+"""Benches cannot rot: every bench/*.py runs its `--quick` mode here (tiny inputs, the same code path as the
+full run) and records its figures, so a changed signature breaks a test instead of a bench. A new bench is
+picked up by its file name; helpers start with an underscore."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
+TIMEOUT_S = 300
+"""A quick mode takes seconds; this is room for a loaded machine compiling numba kernels cold."""
+OPTIONAL = ("torch",)
+"""Extras a bench may need: missing here (no torch extra), such a bench is skipped, and only for that."""
+
+
+def test_every_bench_is_found() -> None:
+    assert len(BENCHES) >= 14, [p.name for p in BENCHES]
+
+
+@pytest.mark.parametrize("bench", BENCHES, ids=[p.stem for p in BENCHES])
+def test_the_quick_mode_runs_and_records(bench: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(bench), "--quick", "--record", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    said = f"{bench.name} --quick exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    for module in OPTIONAL:
+        if f"No module named '{module}'" in done.stderr and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{bench.name} needs {module}, not installed here")
+    assert done.returncode == 0, said
+    assert "Traceback" not in done.stderr, said
+    record = json.loads((tmp_path / f"{bench.stem}.json").read_text())
+    assert record["command"] == f"python bench/{bench.name} --quick --record {tmp_path}"
+    assert record["machine"]["cores"] >= 1 and isinstance(record["loaded"], bool)
+    assert record["data"], f"{bench.name} recorded no figures"
