@@ -38,9 +38,10 @@ from sandbox.docker import DockerSandbox
 from sandbox.job import Job, Result
 from sandbox.process import ProcessSandbox
 from sandbox.worker import run
-from search.loop.search import Reporter, RunConfig, Search
-from search.proposers.evolve import EvolveProposer
-from search.store.store import Store, open_engine
+from search.loop.search import Reporter, Search
+from search.proposers.evolve.proposer import EvolveProposer
+from search.service import open_service
+from search.settings import RunConfig
 
 TARGET = "kv"
 QUICK_WORKLOAD = "gen:chat:1"
@@ -191,11 +192,11 @@ def main() -> None:
 def _search(config: RunConfig, box: Sandbox) -> float:
     """Seconds per candidate of a fresh search (the baselines it evaluates first are not counted)."""
     with tempfile.TemporaryDirectory() as folder:
-        store = Store(open_engine(f"sqlite:///{os.path.join(folder, 'bench.db')}"))
-        run_row = store.create_run(config.target, config.to_json())
+        service = open_service(f"sqlite:///{os.path.join(folder, 'bench.db')}")
+        journal = service.journal(service.record(config).run_id)
         clock = Clock()
         with ThreadPoolExecutor(max_workers=config.workers) as pool:
-            Search(store, run_row, box, EvolveProposer(), clock, executor=pool).execute()
+            Search(journal, box, EvolveProposer(), clock, executor=pool).execute()
     return (clock.ends[-1] - clock.start) / len(clock.ends)
 
 

@@ -39,7 +39,7 @@ from distributed import LocalCluster
 from sandbox.job import Job, Result
 from sandbox.worker import run
 from search.executors.cluster import RESOURCE, connect
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.store import Store, open_engine
 

@@ -20,7 +20,7 @@ import _bench
 
 from search.loop.search import brief, domains
 from search.proposers.base import Entry, ProposalFailed, ProposalRequest
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from targets.kv.target import KVTarget
 from verifiers.properties import Outcome
 from verifiers.smt import Verifier

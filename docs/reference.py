@@ -16,7 +16,7 @@ from typing import Any
 import targets
 from search.ci import config as ci_config
 from search.cli.main import _parser as cli_parser
-from search.proposers.llm import LLMConfig
+from search.proposers.llm.proposer import LLMConfig
 
 PAGES = {"reference/cli.md", "reference/config.md", "reference/targets.md"}
 USAGE_COLUMNS = "100"

@@ -6,6 +6,9 @@ from typing import Protocol
 
 from .job import Job, Result
 
+BACKENDS = ("auto", "docker", "process")
+"""What `--sandbox` chooses from: auto prefers Docker where its engine and image are there."""
+
 
 class SandboxUnavailable(RuntimeError):
     """The backend cannot run here (no Docker daemon, no image); the message says what to do."""

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import targets
 
-from .base import Sandbox, SandboxUnavailable
+from .base import BACKENDS, Sandbox, SandboxUnavailable
 from .docker import DockerSandbox, connect
 from .job import Job
 from .process import ProcessSandbox
 
-BACKENDS = ("auto", "docker", "process")
+__all__ = ["BACKENDS", "choose_sandbox", "notice", "survey"]
 
 
 def choose_sandbox(name: str) -> tuple[Sandbox, str]:

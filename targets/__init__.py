@@ -1,75 +1,47 @@
 """Targets: each fixes a mechanism and asks candidates only for a narrow policy.
 
-The built-in targets are named here. Any installed package adds its own by an entry point in the
-`crucible.targets` group (`NAME = "package.module:Factory"`, a callable that returns the Target), so a
-new target needs no edit of this file; a built-in name is never replaced.
+Every target, built-in or not, registers by an entry point of the `crucible.targets` group
+(`NAME = "package.module:Factory"`, a callable that returns the Target): Crucible's own are declared in its
+pyproject.toml like any plugin's, so a new target is one folder plus one line there. Where two installed
+packages declare one name, Crucible's own target keeps it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
-from .base import Target
+from targets.base import Target
 
 ENTRY_POINT_GROUP = "crucible.targets"
+_OURS = "crucible"
 
 
 class TargetUnavailable(ImportError):
     """An installed target's entry point names a module or callable that does not load; one line."""
 
 
-def _kv() -> Target:
-    from .kv import KVTarget
-
-    return KVTarget()
-
-
-def _batching() -> Target:
-    from .batching import BatchingTarget
-
-    return BatchingTarget()
-
-
-def _batching_capacity() -> Target:
-    from .batching import BatchingCapacityTarget
-
-    return BatchingCapacityTarget()
-
-
-def _dit() -> Target:
-    from .dit.target import DiTTarget
-
-    return DiTTarget()
-
-
-_BUILT_IN: dict[str, Callable[[], Target]] = {
-    "kv": _kv,
-    "batching": _batching,
-    "dit": _dit,
-    "batching-capacity": _batching_capacity,
-}
-
-
 def _installed() -> dict[str, EntryPoint]:
-    """Targets other packages declare, read from the import path on every call: no cache to go stale."""
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _BUILT_IN}
+    """Targets by name, read from the import path on every call: no cache to go stale."""
+    found: dict[str, EntryPoint] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        ours = entry.dist is not None and entry.dist.name == _OURS
+        if entry.name not in found or ours:
+            found[entry.name] = entry
+    return found
 
 
 def names() -> tuple[str, ...]:
-    return (*_BUILT_IN, *_installed())
+    return tuple(sorted(_installed()))
 
 
 def load(name: str) -> Target:
     """The target called `name`; KeyError names the known ones, TargetUnavailable the broken plugin."""
-    if name in _BUILT_IN:
-        return _BUILT_IN[name]()
     installed = _installed()
     if name not in installed:
-        raise KeyError(f"unknown target {name!r}; known targets: {', '.join(names())}")
+        raise KeyError(f"unknown target {name!r}; known targets: {', '.join(sorted(installed))}")
     entry = installed[name]
     try:
         factory = entry.load()
     except (ImportError, AttributeError) as exc:
         raise TargetUnavailable(f"target {name!r} ({entry.value}) cannot be loaded: {exc}") from None
-    return factory()
+    return factory()  # type: ignore[no-any-return]

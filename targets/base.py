@@ -139,6 +139,9 @@ class Option:
     """For a command's arguments: no default, the user must give it."""
     tune: tuple[float, float] | None = None
     """A knob a deployment sets freely: the range `crucible tune` searches (log scale over a decade)."""
+    flag: bool = False
+    """Also a flag of its own on the command line (`--capacity N` for `--set capacity=N`): for the option
+    a user of the target sets on nearly every command."""
 
     def parse(self, text: str) -> Any:
         """The value of `--set name=text`, checked; OptionError names the option and what it allows."""

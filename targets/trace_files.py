@@ -15,6 +15,8 @@ T = TypeVar("T")
 def parsed(workload: str, parse: Callable[[str], T]) -> T:
     """`parse(path)` of a trace file, cached under its path, modification time and size."""
     path = Path(workload)
+    if path.is_dir():
+        raise WorkloadError(f"{workload}: a folder, not a trace file; give one of the files in it")
     if not path.is_file():
         raise WorkloadError(f"{workload}: no such trace file")
     stat = path.stat()

@@ -107,7 +107,7 @@ def test_what_the_rules_allow_passes() -> None:
     assert violations("from . import kv\nfrom .kv import KVTarget\n", "targets", is_package=True) == []
     assert violations("from .trace import Trace\nimport targets.base\n", "targets.kv.engine") == []
     assert violations("from targets.engine.model import Transformer\n", "targets.batching.engine") == []
-    assert violations("from search.store.store import Store\n", "ui.app") == []
+    assert violations("from search.service import open_service\n", "ui.app") == []
 
 
 def test_an_import_against_the_direction_is_caught() -> None:
@@ -116,3 +116,61 @@ def test_an_import_against_the_direction_is_caught() -> None:
     assert violations("from sandbox.job import Job\n", "verifiers.smt")
     assert violations("from targets.base import Feature\n", "verifiers.properties")
     assert violations("from search import service\n", "sandbox.worker")
+
+
+FRONT_ENDS = ("search.cli", "search.ci", "ui")
+"""The front ends: they open stores and start runs through the run service, never the store itself."""
+WRITERS = ("search.service", "search.store")
+"""The only packages that may write runs: the run service, and the store it writes through."""
+STORE_WRITES = frozenset(
+    {
+        "create_run",
+        "add_candidate",
+        "finish_candidate",
+        "add_evaluations",
+        "set_run_status",
+        "start_run",
+        "set_run_config",
+    }
+)
+"""The store's methods that write runs (search/store/store.py)."""
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def store_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """A front end's import of the store (or its tables); anyone but the service and the store opening a
+    store or calling one of its writes."""
+    found: dict[int, str] = {}
+    for line, imported in imports(source, module, is_package):
+        if _within(module, FRONT_ENDS) and _within(imported, ("search.store",)):
+            found.setdefault(line, f"{line} imports {imported} (a front end goes through search.service)")
+        opens = imported in ("search.store.store.Store", "search.store.store.open_engine")
+        if opens and not _within(module, WRITERS):
+            found.setdefault(line, f"{line} imports {imported} (only the run service opens a store)")
+    if not _within(module, WRITERS):
+        for node in ast.walk(ast.parse(source)):
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if call and node.func.attr in STORE_WRITES:  # type: ignore[union-attr]
+                found.setdefault(
+                    node.lineno, f"{node.lineno} calls {node.func.attr} (only the service writes runs)"
+                )  # type: ignore[union-attr]
+    return list(found.values())
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_service_opens_a_store_and_writes_runs(path: Path) -> None:
+    assert store_violations(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+def test_a_front_end_reaching_for_the_store_is_caught() -> None:
+    assert store_violations("from search.store.readmodel import RunInfo\n", "search.cli.runs")
+    assert store_violations("from search.store.tables import Run\n", "ui.views.launch")
+    assert store_violations("from search.store.store import Store\n", "search.ci.pipeline")
+    assert store_violations("from search.store.store import open_engine\n", "search.tune.study")
+    assert store_violations("def f(store):\n    store.create_run('kv', {})\n", "search.tune.study")
+    assert store_violations("def f(store):\n    store.finish_candidate(row, [])\n", "search.loop.search")
+    assert not store_violations("from search.service import open_service\n", "ui.data")
+    assert not store_violations("def f(store):\n    store.create_run('kv', {})\n", "search.service.runs")

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import altair as alt
 import pandas as pd
 
-from search.store.readmodel import BaselineInfo, ProgressPoint, StudyReport
+from search.service import BaselineInfo, ProgressPoint, StudyReport
 
 AXES = {"done": "candidates finished", "cost_so_far": "proposal cost so far ($)"}
 """The x axes a progress chart offers: against candidates, or against what the proposals cost."""

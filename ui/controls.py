@@ -3,31 +3,14 @@ starts `crucible search --resume` detached, as the Launch page starts a search."
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
-from search.service.runs import RunService
-from search.store.readmodel import RunInfo
-from search.store.store import Store, open_engine
+from search.service import RunInfo, RunService, open_service
 from ui import launcher
 
 
 def _service(url: str) -> RunService:
-    return RunService(Store(open_engine(url, create=False)))
-
-
-def _wait_running(url: str, run_id: str, started: launcher.Started, timeout_s: float = 20.0) -> str | None:
-    """None once the resumed run is running again, else the line its process failed with."""
-    service = _service(url)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if service.read.run(run_id).status == "running":
-            return None
-        if started.process.poll() is not None:
-            return launcher.error_line(started.log)
-        time.sleep(0.3)
-    return f"it has not started within {timeout_s:.0f} s; its output is in {started.log}"
+    return open_service(url, create=False)
 
 
 def run_controls(url: str, run: RunInfo) -> None:
@@ -36,6 +19,13 @@ def run_controls(url: str, run: RunInfo) -> None:
     elif run.resumable:
         resume_button(url, run)
         st.caption(f"From a shell: `crucible search --resume {run.run_id} --db {url}`")
+
+
+def execute(url: str, run_id: str, sandbox: str | None = None) -> str | None:
+    """Start executing a stored run in a detached process; None once it runs, else why it could not."""
+    started = launcher.start(launcher.resume_argv(url, run_id, sandbox), url)
+    read = _service(url).read
+    return launcher.wait_running(started, lambda: read.run(run_id).status == "running")
 
 
 def stop_button(url: str, run: RunInfo) -> None:
@@ -48,9 +38,8 @@ def stop_button(url: str, run: RunInfo) -> None:
 def resume_button(url: str, run: RunInfo) -> None:
     if not st.button("Resume", icon=":material/play_arrow:", key="resume", help="continue from the store"):
         return
-    started = launcher.start(launcher.resume_argv(url, run.run_id), url)
     with st.spinner("resuming..."):
-        failure = _wait_running(url, run.run_id, started)
+        failure = execute(url, run.run_id)
     if failure:
         st.error(f"The run could not be resumed: {failure}")
         return

@@ -14,8 +14,8 @@ from typing import Any
 import streamlit as st
 
 from search.cli.ui import DB_ENV
-from search.stats.importance import param_importances as _param_importances
-from search.store.readmodel import (
+from search.errors import UserError
+from search.service import (
     BaselineInfo,
     Budget,
     CandidateInfo,
@@ -26,8 +26,10 @@ from search.store.readmodel import (
     ReadModel,
     RunInfo,
     StudyReport,
+    open_service,
 )
-from search.store.store import DEFAULT_URL, Store, StoreError, open_engine
+from search.settings import DEFAULT_STORE
+from search.stats.importance import param_importances as _param_importances
 
 TTL_S = 2.0
 """How long an answer is reused: shorter than the live pages' refresh interval."""
@@ -35,12 +37,12 @@ TTL_S = 2.0
 
 def db_url() -> str:
     """The store this app reads: the one `crucible ui --db` was given, else the CLI's default."""
-    return os.environ.get(DB_ENV, DEFAULT_URL)
+    return os.environ.get(DB_ENV, DEFAULT_STORE)
 
 
 @st.cache_resource(show_spinner=False)
 def _read_model(url: str) -> ReadModel:
-    return ReadModel(Store(open_engine(url, create=False)))
+    return open_service(url, create=False).read
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -115,5 +117,5 @@ def run_ids_now(url: str) -> set[str]:
     """The ids of the runs stored right now (uncached; none while the store does not exist yet)."""
     try:
         return {r.run_id for r in _read_model(url).runs()}
-    except StoreError:
+    except UserError:
         return set()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from search.store.readmodel import (
+from search.service import (
     BaselineInfo,
     Budget,
     CandidateInfo,
@@ -251,7 +251,7 @@ def policies(candidate: CandidateInfo, baselines: Sequence[BaselineInfo]) -> dic
 def candidate_label(c: CandidateInfo) -> str:
     if c.is_baseline:
         return c.name
-    return f"#{c.seq} {c.name}".rstrip() if c.name else f"#{c.seq} (id {c.candidate_id})"
+    return c.label
 
 
 def side_by_side(left: Sequence[EvaluationInfo], right: Sequence[EvaluationInfo]) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from search.store.readmodel import CandidateInfo
+from search.service import CandidateInfo
 
 FILL = {
     "baseline": "#e0e0e0",
@@ -59,7 +59,7 @@ def dot(
     for c in candidates:
         if c.candidate_id not in shown:
             continue
-        title = c.name if c.is_baseline else f"#{c.seq}"
+        title = c.label
         detail = f"{c.score:.4f}" if c.score is not None else (c.failure_class or c.status)
         attrs = {
             "label": f"{_escape(title)}\\n{_escape(detail)}",

@@ -1,8 +1,8 @@
-"""Searches started from the UI: `crucible search` in a detached process of its own session, so it
+"""Runs the UI sets going: `crucible search --resume RUN` in a detached process of its own session, so it
 outlives the page, the browser tab and the UI server; its output goes to a log file beside the store.
 
-The run it creates is found in the store like any other (the UI never talks to the process again), and
-the first line of an error it exits with (a bad option, an unreachable endpoint) is shown as it is.
+A search launched from the form is created by the run service first (the page knows its id); the process
+only executes it, as a resume does. The first line of an error it exits with is shown as it is.
 """
 
 from __future__ import annotations
@@ -16,71 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 
-@dataclass(frozen=True)
-class SearchSettings:
-    """What the Launch form asks; each field is one `crucible search` flag."""
-
-    target: str
-    workload: str | None
-    options: Mapping[str, Any]
-    budget: int
-    proposer: str = "evolve"
-    sandbox: str = "auto"
-    seed: int = 0
-    trials: int = 32
-    workers: int = 2
-    models: tuple[str, ...] = ()
-    base_url: str | None = None
-    api_key_env: str | None = None
-    max_cost_usd: float | None = None
-    prices: tuple[str, ...] = ()
-    """MODEL=PROMPT,COMPLETION in USD per million tokens, one per priced model."""
-    holdout: float | None = None
-    """The share of the workload's requests, the last in time, held out to judge the best on."""
-    select: str | None = None
-    """What candidates are ranked on: the whole window, or `unseen` (after the train share, warm); None: the
-    default for the split (unseen with a held-out share, else the window)."""
-
-
-def _value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def crucible() -> list[str]:
-    """The command that runs the CLI with this interpreter (the UI's own install)."""
-    return [sys.executable, "-m", "search.cli"]
-
-
-def search_argv(db: str, s: SearchSettings) -> list[str]:
-    argv = [*crucible(), "search", "--db", db, "--target", s.target, "--budget", str(s.budget)]
-    if s.workload:
-        argv += ["--workload", s.workload]
-    for name, value in sorted(s.options.items()):
-        argv += ["--set", f"{name}={_value(value)}"]
-    argv += ["--proposer", s.proposer, "--sandbox", s.sandbox, "--seed", str(s.seed)]
-    argv += ["--trials", str(s.trials), "--workers", str(s.workers)]
-    if s.holdout is not None:
-        argv += ["--holdout", str(s.holdout)]
-    if s.select is not None:
-        argv += ["--select", s.select]
-    for model in s.models:
-        argv += ["--model", model]
-    if s.base_url:
-        argv += ["--base-url", s.base_url]
-    if s.api_key_env:
-        argv += ["--api-key-env", s.api_key_env]
-    for price in s.prices:
-        argv += ["--price", price]
-    if s.max_cost_usd is not None:
-        argv += ["--max-cost-usd", str(s.max_cost_usd)]
-    return argv
-
-
-def resume_argv(db: str, run_id: str) -> list[str]:
-    return [*crucible(), "search", "--db", db, "--resume", run_id]
+def resume_argv(db: str, run_id: str, sandbox: str | None = None) -> list[str]:
+    """The command that executes a stored run (from where it stopped, or from its start)."""
+    chosen = ["--sandbox", sandbox] if sandbox else []
+    return [sys.executable, "-m", "search.cli", "search", "--db", db, "--resume", run_id, *chosen]
 
 
 def beside_store(db: str, kind: str) -> Path:
@@ -127,20 +68,16 @@ def error_line(log: Path) -> str:
     return (errors or lines or ["it exited without a word"])[-1].removeprefix("crucible: error: ")
 
 
-def wait_for_run(
-    started: Started, known: set[str], run_ids: Callable[[], set[str]], timeout_s: float = 90.0
-) -> str:
-    """The id of the run the process stored (one not in `known`); RuntimeError with its error line if it
-    exited first, or if none appeared within `timeout_s`."""
+def wait_running(started: Started, running: Callable[[], bool], timeout_s: float = 60.0) -> str | None:
+    """None once the run the process executes is running, else the line its process failed with."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        new = run_ids() - known
-        if new:
-            return sorted(new)[0]
+        if running():
+            return None
         if started.process.poll() is not None:
-            raise RuntimeError(error_line(started.log))
+            return error_line(started.log)
         time.sleep(0.3)
-    raise RuntimeError(f"no run appeared in {timeout_s:.0f} s; its output is in {started.log}")
+    return f"it has not started within {timeout_s:.0f} s; its output is in {started.log}"
 
 
 def keep_upload(db: str, name: str, content: bytes) -> Path:

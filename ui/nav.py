@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from search.store.readmodel import CandidateInfo, RunInfo
+from search.service import CandidateInfo, RunInfo
 
 from .frames import candidate_label
 

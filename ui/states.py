@@ -8,7 +8,7 @@ from typing import NoReturn, ParamSpec, TypeVar
 import streamlit as st
 
 from search.errors import UserError
-from search.store.store import StoreError
+from search.service import StoreError
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -8,19 +8,25 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import targets
-from sandbox.choice import BACKENDS
+from search import proposers
 from search.errors import UserError
-from search.proposers.llm import LLMConfig, ModelChoice, Price
+from search.settings import BY_NAME, SETTINGS, SettingError
 from targets.base import OptionError, Target, resolve_options
 
 DEFAULT_STORE = "sqlite:///.crucible/crucible.db"
 """Beside the config file, so a CI cache of `.crucible/` keeps the previous results."""
-PROPOSERS = ("evolve", "llm", "mix")
+RUN_SETTINGS = tuple(s for s in SETTINGS if s.name != "sandbox")
+"""The run settings [search] takes ([sandbox] backend is the sandbox setting, as it always was)."""
+
+
+def search_keys() -> tuple[str, ...]:
+    """Every key [search] takes: the run's settings and every installed proposer's."""
+    return (*(s.name for s in RUN_SETTINGS), *(s.name for s in proposers.settings()))
 
 
 class ConfigError(UserError):
@@ -65,22 +71,6 @@ class Champion:
 
 
 @dataclass(frozen=True)
-class SearchSettings:
-    """The budgeted search seeded with each champion, one run per champion and searched workload."""
-
-    proposer: str = "evolve"
-    budget: int = 20
-    trials: int = 8
-    seed: int = 0
-    workers: int = 2
-    time_budget_s: float | None = None
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
-    llm: dict[str, Any] = field(default_factory=dict)
-    """The LLM proposer's settings (search.proposers.llm.LLMConfig's fields): models, base_url, ..."""
-
-
-@dataclass(frozen=True)
 class CIConfig:
     path: Path
     store: str
@@ -88,7 +78,10 @@ class CIConfig:
     workloads: tuple[Workload, ...]
     champions: tuple[Champion, ...]
     thresholds: Thresholds
-    search: SearchSettings
+    search: dict[str, Any]
+    """The [search] keys given, each checked: run settings and the chosen proposer's (search/settings.py's
+    and the proposers' declarations, as the CLI's flags and the UI's form are); the others keep their
+    defaults."""
 
     def workloads_of(self, champion: Champion) -> list[Workload]:
         return [w for w in self.workloads if w.name in champion.workloads]
@@ -152,9 +145,10 @@ class _Reader:
         )
         store = self.table(data, "store", ("url",), "")
         sandbox = self.table(data, "sandbox", ("backend",), "")
-        backend = self.typed(sandbox, "backend", str, "sandbox", "auto")
-        if backend not in BACKENDS:
-            raise self.fail("sandbox.backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+        try:
+            backend = BY_NAME["sandbox"].check(sandbox.get("backend", BY_NAME["sandbox"].default))
+        except SettingError as exc:
+            raise self.fail("sandbox.backend", exc.reason) from None
         thresholds = self.thresholds(data.get("thresholds", {}), "thresholds", Thresholds())
         options = self.table(data, "options", tuple(targets.names()), "")
         workloads = self.workloads(data.get("workloads", []), options)
@@ -180,7 +174,7 @@ class _Reader:
             workloads=workloads,
             champions=champions,
             thresholds=thresholds,
-            search=self.search(self.table(data, "search", (*SearchSettings.__dataclass_fields__,), "")),
+            search=self.search(self.table(data, "search", search_keys(), "")),
         )
 
     def store_url(self, url: str) -> str:
@@ -293,48 +287,21 @@ class _Reader:
             found.append(Champion(name, target.name, file, tuple(listed), baseline, thresholds))
         return tuple(found)
 
-    def search(self, data: Mapping[str, Any]) -> SearchSettings:
-        base = SearchSettings()
-        proposer = self.typed(data, "proposer", str, "search", base.proposer)
-        if proposer not in PROPOSERS:
-            raise self.fail("search.proposer", f"{proposer!r} is not one of {', '.join(PROPOSERS)}")
-        whole = {
-            k: self.typed(data, k, int, "search", getattr(base, k)) for k in ("budget", "trials", "workers")
-        }
-        for key, value in whole.items():
-            if value < 1:
-                raise self.fail(f"search.{key}", f"must be at least 1, got {value}")
-        seed = self.typed(data, "seed", int, "search", base.seed)
-        caps: dict[str, Any] = {}
-        for key, kind in (
-            ("time_budget_s", (int, float)),
-            ("max_cost_usd", (int, float)),
-            ("max_tokens", int),
-        ):
-            value = self.typed(data, key, kind, "search", None)
-            if value is not None and not value > 0:
-                raise self.fail(f"search.{key}", f"must be positive, got {value}")
-            caps[key] = value
-        llm = self.typed(data, "llm", dict, "search", {})
-        if proposer == "evolve" and llm:
-            raise self.fail("search.llm", "applies to proposer llm or mix")
-        settings = self.llm(llm).to_json() if proposer != "evolve" else {}
-        return SearchSettings(proposer=proposer, seed=seed, llm=settings, **whole, **caps)
-
-    def llm(self, data: dict[str, Any]) -> LLMConfig:
-        """[search.llm]: models as NAME[:WEIGHT], prices as MODEL = [PROMPT, COMPLETION] USD per million."""
-        fields = ("models", "base_url", "api_key_env", "timeout_s", "retries", "concurrency", "temperature")
-        self.known(data, (*fields, "prices", "share"), "search.llm")
-        models = self.typed(data, "models", list, "search.llm", [])
-        prices = self.typed(data, "prices", dict, "search.llm", {})
-        try:
-            return LLMConfig(
-                **{k: v for k, v in data.items() if k not in ("models", "prices")},
-                models=tuple(ModelChoice.parse(str(m)) for m in models),
-                prices={name: Price(*map(float, rates)) for name, rates in prices.items()},
-            )
-        except (TypeError, ValueError) as exc:
-            raise self.fail("search.llm", str(exc)) from None
+    def search(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        declared = {s.name: s for s in (*RUN_SETTINGS, *proposers.settings())}
+        values = {}
+        for key, value in data.items():
+            try:
+                values[key] = declared[key].check(value)
+            except SettingError as exc:
+                raise self.fail(f"search.{key}", exc.reason) from None
+        chosen = values.get("proposer", BY_NAME["proposer"].default)
+        own = {s.name for s in proposers.load(chosen).settings}
+        for key in values:
+            if key not in BY_NAME and key not in own:
+                owners = [n for n in proposers.names() if key in {s.name for s in proposers.load(n).settings}]
+                raise self.fail(f"search.{key}", f"applies to proposer {' or '.join(owners)}")
+        return values
 
 
 def _with_workloads(champion: Champion, names: tuple[str, ...]) -> Champion:

@@ -5,7 +5,6 @@ held-out workloads. Everything it measures is stored as runs, so the next job ha
 from __future__ import annotations
 
 import difflib
-import json
 import subprocess
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -20,20 +19,20 @@ from search.ci.gate import Check, Level, judge, relative_change, worst
 from search.errors import UserError
 from search.evaluation import Planned, checked, evaluate_baselines, plan, verify
 from search.loop.fingerprint import fingerprint
-from search.loop.search import Reporter, RunConfig
+from search.loop.search import Reporter
 from search.proposers.base import Proposer
+from search.proposers.llm.config import ModelChoice
+from search.service.records import Policy
 from search.service.runs import RunService, load_target
-from search.store.readmodel import mean_metrics
-from search.store.store import BASELINE, Candidate, Evaluation
+from search.settings import RunConfig, default
+from search.stats.means import mean_metrics
 from targets.base import Target
 from verifiers.program import Program
 
 RECORD = "ci"
-"""The proposer of the runs that record a job's scores of a champion, and the kind of the event naming it."""
+"""The kind of the runs that record a job's scores of a champion (its name their subject)."""
 CHAMPION_ROW = "champion"
 """The name of the champion's row in the runs this job stores (its record and its seeded searches)."""
-SEED_SEQ = -1000
-"""The champion's row in its record run."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,8 @@ class SearchResult:
     done: int
     champion: float
     best: float | None
-    best_candidate: int | None
+    best_candidate: str | None
+    """How every front end names it (`#seq`)."""
     tokens: int
     cost_usd: float
 
@@ -78,7 +78,8 @@ class Proposal:
     """The best heuristic a search found, judged against the champion on the held-out workloads."""
 
     run_id: str
-    candidate_id: int
+    candidate: str
+    """The found candidate as every front end names it (`#seq`)."""
     held_out: dict[str, dict[str, float]]
     """workload -> {"found", "champion", "change"}"""
     mean_change: float | None
@@ -153,9 +154,8 @@ def check_champion(ctx: Context, champion: Champion) -> ChampionResult:
         planned[workload.name] = plan(target, workload.path or None, workload.options)
         with ThreadPoolExecutor(max_workers=1) as aside:  # the champion's job beside the baselines'
             mine = aside.submit(_score, ctx, target, program, planned[workload.name], workload.name)
-            baselines = evaluate_baselines(
-                target, planned[workload.name], ctx.sandbox, ctx.config.search.workers
-            )
+            workers = ctx.config.search.get("workers", default("workers"))
+            baselines = evaluate_baselines(target, planned[workload.name], ctx.sandbox, workers)
             evaluated = mine.result()
         measured[workload.name] = evaluated["instances"]
         scores = {n: m[target.objective.metric] for n, m in baselines.baselines.items()}
@@ -247,11 +247,8 @@ def _previous(ctx: Context, champion: Champion, metric: str) -> dict[str, tuple[
     """Per workload, the champion's score in the latest earlier job that scored it, and that run's id."""
     found: dict[str, tuple[float, str]] = {}
     read = ctx.service.read
-    for info in reversed(read.runs()):
-        if info.config.get("proposer") != RECORD or info.target != champion.target:
-            continue
-        marks = [json.loads(e.message) for e in read.events(info.run_id) if e.kind == RECORD]
-        if not any(m.get("champion") == champion.name for m in marks):
+    for info in reversed(read.runs(kind=RECORD, subject=champion.name)):
+        if info.target != champion.target:
             continue
         row = next((c for c in read.candidates(info.run_id) if c.name == CHAMPION_ROW), None)
         for e in row.evaluations if row else []:
@@ -269,37 +266,17 @@ def _record(
     planned: Mapping[str, Planned],
     measured: Mapping[str, list[dict[str, Any]]],
 ) -> str:
-    """This job's scores of the champion, stored as a run (proposer "ci"): the next job's previous scores."""
+    """This job's scores of the champion, stored by the service as a run of kind ci: the next job's
+    previous scores."""
     first = planned[ctx.config.workloads_of(champion)[0].name]
-    config = RunConfig(
-        target=target.name,
-        workload=first.workload,
-        options=first.options,
-        budget=1,
-        trials=1,
-        proposer=RECORD,
-    )
+    config = {"target": target.name, "workload": first.workload, "options": first.options}
     marker = {"champion": champion.name, "file": _relative(ctx, champion.file), "commit": ctx.commit}
-    store = ctx.service.store
-    run = store.create_run(target.name, config.to_json())
-    store.log(run.id, RECORD, json.dumps(marker, sort_keys=True))
-    row = store.add_candidate(
-        Candidate(
-            run_id=run.id,
-            seq=SEED_SEQ,
-            name=CHAMPION_ROW,
-            source=program.source,
-            fingerprint=fingerprint(program.source),
-            proposer=BASELINE,
-            status="evaluated",
-            note=f"{marker['file']} at {ctx.commit[:12] or 'an uncommitted tree'}",
-        )
+    results = [{**r, "label": f"{name}: {r['label']}"} for name, rs in measured.items() for r in rs]
+    note = f"{marker['file']} at {ctx.commit[:12] or 'an uncommitted tree'}"
+    row = Policy(CHAMPION_ROW, program.source, results, program.defaults(), note)
+    return ctx.service.record_scores(
+        RECORD, champion.name, target.name, config, [row], target.objective.metric, marker
     )
-    runs = [{**r, "label": f"{name}: {r['label']}"} for name, rs in measured.items() for r in rs]
-    row.score = mean_metrics([r["metrics"] for r in runs]).get(target.objective.metric)
-    store.finish_candidate(row, _evaluations(run.id, row.id, runs, program.defaults()))
-    store.set_run_status(run.id, "finished")
-    return run.id
 
 
 def _search(
@@ -312,30 +289,18 @@ def _search(
 ) -> SearchResult:
     """A budgeted search on the workload with the champion seeded into the islands (run like a baseline;
     a champion that is a copy of a baseline is already there)."""
-    settings = ctx.config.search
     known = {fingerprint(source) for source in target.baselines().values()}
     seeds = {} if fingerprint(program.source) in known else {f"champion {champion.name}": program.source}
     info = ctx.service.create(
-        target.name,
-        workload.path or None,
-        workload.options,
-        budget=settings.budget,
-        seed=settings.seed,
-        trials=settings.trials,
-        workers=settings.workers,
-        proposer=settings.proposer,
-        llm=settings.llm,
-        time_budget_s=settings.time_budget_s,
-        max_cost_usd=settings.max_cost_usd,
-        max_tokens=settings.max_tokens,
-        seeds=seeds,
+        target.name, workload.path or None, workload.options, **ctx.config.search, seeds=seeds
     )
+    settings = RunConfig.from_json(info.config)
     score = mean_metrics([r["metrics"] for r in measured])[target.objective.metric]
     ctx.say(f"{champion.name}: searching on {workload.name} (run {info.run_id}, budget {settings.budget})")
     ctx.service.execute(info.run_id, ctx.sandbox, ctx.proposer, _Quiet(ctx.say))
     done = ctx.service.read.run(info.run_id)
     best = done.best
-    models = [m["name"] for m in settings.llm.get("models", [])]
+    models = [ModelChoice.parse(spec).name for spec in settings.proposer_settings.get("models", [])]
     return SearchResult(
         workload=workload.name,
         run_id=info.run_id,
@@ -347,7 +312,7 @@ def _search(
         done=done.done,
         champion=score,
         best=best.score if best else None,
-        best_candidate=best.candidate_id if best else None,
+        best_candidate=best.label if best else None,
         tokens=done.tokens,
         cost_usd=done.cost_usd,
     )
@@ -429,20 +394,3 @@ def _relative(ctx: Context, file: Path) -> str:
         return file.resolve().relative_to(ctx.root.resolve()).as_posix()
     except ValueError:
         return str(file)
-
-
-def _evaluations(
-    run_id: str, candidate_id: int | None, runs: list[dict[str, Any]], params: Mapping[str, float]
-) -> list[Evaluation]:
-    return [
-        Evaluation(
-            run_id=run_id,
-            candidate_id=candidate_id,
-            instance=r["label"],
-            role=r["role"],
-            params=json.dumps(dict(params), sort_keys=True),
-            metrics=json.dumps(r["metrics"], sort_keys=True),
-            seconds=float(r["seconds"]),
-        )
-        for r in runs
-    ]

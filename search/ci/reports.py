@@ -89,7 +89,7 @@ def markdown(report: CIReport) -> str:
         if c.proposal:
             lines += [
                 "",
-                f"Best found (run `{c.proposal.run_id}`, #{c.proposal.candidate_id}): {c.proposal.reason}.",
+                f"Best found (run `{c.proposal.run_id}`, {c.proposal.candidate}): {c.proposal.reason}.",
             ]
             if c.proposal.proposed:
                 lines.append(f"Patch: `patches/{c.name}.diff` (new file `patches/{c.name}.py`).")

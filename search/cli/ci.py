@@ -12,47 +12,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox.choice import choose_sandbox
-from search.ci import config as ci_config
-from search.ci.pipeline import Context, check_champion, repository
-from search.ci.reports import CIReport, write
-from search.loop.search import RunConfig
-from search.service.runs import RunService, proposer_for
-from search.store.store import Store, open_engine
+DESCRIPTION = (
+    "Re-verify every champion of crucible.toml with Z3, score it and the baselines on its workloads, gate "
+    "it against its previous stored scores (alert and fail thresholds), run a budgeted search seeded with "
+    "it, and write summary.md, report.json, benchmark.json, junit.xml and, when a found heuristic beats the "
+    "champion by the margin on the held-out workloads, patches/NAME.diff. Exit 0: nothing regressed; 1: a "
+    "regression past the fail threshold or a refuted hard property; 2: a configuration or input error."
+)
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any, name: str, help_text: str) -> None:
     """Register `crucible ci` on the CLI's subparsers."""
-    c = sub.add_parser(
-        "ci",
-        help="re-check champions, gate regressions, search seeded with them, write reports and a patch",
-        description=(
-            "Re-verify every champion of crucible.toml with Z3, score it and the baselines on its workloads, "
-            "gate it against its previous stored scores (alert and fail thresholds), run a budgeted search "
-            "seeded with it, and write summary.md, report.json, benchmark.json, junit.xml and, when a found "
-            "heuristic beats the champion by the margin on the held-out workloads, patches/NAME.diff. "
-            "Exit 0: nothing regressed; 1: a regression past the fail threshold or a refuted hard property; "
-            "2: a configuration or input error."
-        ),
-    )
+    c = sub.add_parser(name, help=help_text, description=DESCRIPTION)
     c.add_argument("--config", default="crucible.toml", help="the config file (default: crucible.toml)")
     c.add_argument("--output", default="crucible-ci", help="folder for the reports (default: crucible-ci)")
     c.add_argument(
         "--informational", action="store_true", help="report regressions without failing (exit 0, not 1)"
     )
     c.add_argument("--json", action="store_true", help="print report.json on stdout too")
+    c.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> None:
+    from sandbox.choice import choose_sandbox
+    from search.ci import config as ci_config
+    from search.ci.pipeline import Context, check_champion, repository
+    from search.ci.reports import CIReport, write
+    from search.service import open_service, proposer_of
+
     path = Path(args.config)
     config = ci_config.load(path)
     root, commit = repository(path.resolve().parent)
-    settings = config.search
-    run_config = RunConfig(target="", workload="", options={}, proposer=settings.proposer, llm=settings.llm)
-    proposer = proposer_for(run_config, os.environ)  # no key, no endpoint: fail before anything runs
+    proposer = proposer_of(config.search, os.environ)  # no key, no endpoint: fail before anything runs
     if config.store.startswith("sqlite:///"):  # the default .crucible/ folder is made on first use
         Path(config.store.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    service = RunService(Store(open_engine(config.store)))
+    service = open_service(config.store)
     sandbox, reason = choose_sandbox(config.sandbox)
 
     def say(message: str) -> None:

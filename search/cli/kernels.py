@@ -15,10 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 import targets
-from sandbox.choice import BACKENDS
+from sandbox.base import BACKENDS
 from search.errors import UserError
+from search.settings import DEFAULT_STORE
 from search.validation import (
     candidate_jobs,
+    medians,
     report,
     require,
     run_candidates,
@@ -34,9 +36,12 @@ from targets.costmodel.shapes import MODELS, TINY
 _err = Console(stderr=True)
 
 
-def add_parsers(sub: Any) -> None:
-    """Register the subcommands on the CLI's subparsers."""
-    p = sub.add_parser("profile", help="measure kernel times with PyTorch and fit the cost model")
+def add_parser(sub: Any, name: str, help_text: str) -> None:
+    """Register `profile` or `validate` on the CLI's subparsers."""
+    if name == "validate":
+        _validate_parser(sub, help_text)
+        return
+    p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--output", "-o", default="profile.json", help="profile file to write")
     p.add_argument("--name", help="the profile's name (default: from the device)")
@@ -48,8 +53,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back split")
     p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured H100 CSVs instead")
     p.add_argument("--json", action="store_true", help="the profile's summary as JSON on stdout")
-
-    _validate_parser(sub)
+    p.set_defaults(handler=profile)
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -161,9 +165,10 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _validate_parser(sub: Any) -> None:
+def _validate_parser(sub: Any, help_text: str) -> None:
     """`crucible validate`: the common flags, and one flag per option any target's validation declares."""
-    v = sub.add_parser("validate", help="rank policies in the simulator and in the real engine, side by side")
+    v = sub.add_parser("validate", help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+    v.set_defaults(handler=validate)
     validated = tuple(_validations())
     v.add_argument("--target", default=validated[0] if validated else None, choices=validated)
     v.add_argument(
@@ -173,9 +178,12 @@ def _validate_parser(sub: Any) -> None:
         help="heuristic files, or names of the target's baselines (a wrong name lists them)",
     )
     v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
-    v.add_argument("--sandbox", default="auto", choices=BACKENDS)
+    v.add_argument("--sandbox", default="auto", choices=BACKENDS, help="where the jobs run (default auto)")
     v.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     v.add_argument("--check", action="store_true", help="exit 1 if a check the target declares fails")
+    v.add_argument(
+        "--db", default=DEFAULT_STORE, help=f"store the validation records into (default {DEFAULT_STORE})"
+    )
     declared: dict[str, list[tuple[str, Option]]] = {}
     for target, validation in _validations().items():
         for o in validation.options:
@@ -236,8 +244,10 @@ def validate(args: argparse.Namespace) -> None:
                 metric = validation.ranked.simulated
                 unresolved = unresolved_pairs(served, jobs, calibration.band, metric, args.sandbox)
     result = report(validation, served, measured, unresolved)
+    run_id = _record(args, target, values, instance, jobs, served, validation, result)
     if args.json:
-        print(json.dumps({"target": args.target, "instance": instance.to_json(), **result}, indent=2))
+        shown = {"target": args.target, "instance": instance.to_json(), "run_id": run_id, **result}
+        print(json.dumps(shown, indent=2))
     else:
         console = Console()
         out = table(validation, instance.label, result)
@@ -246,5 +256,33 @@ def validate(args: argparse.Namespace) -> None:
         console.print(out)
         for line in summary(validation, result):
             console.print(line, highlight=False, markup=False)
+        _err.print(f"recorded as run {run_id} (crucible runs show {run_id})", markup=False, highlight=False)
     if args.check and not all(check["passed"] for check in result["checks"]):
         raise SystemExit(1)
+
+
+def _record(
+    args: argparse.Namespace,
+    target: Any,
+    values: dict[str, Any],
+    instance: Any,
+    jobs: dict[str, Any],
+    served: Any,
+    validation: Validation,
+    result: dict[str, Any],
+) -> str:
+    """The validation as a run of the store (kind validate): each policy's median figures, simulator's and
+    engine's, and the rankings' agreement as its marker."""
+    from search.service import open_service
+    from search.service.records import Policy
+
+    config = {"target": target.name, "workload": instance.workload, "options": values}
+    policies = [
+        Policy(name, jobs[name].source, [{"label": instance.label, "role": "eval", "metrics": metrics}])
+        for name, metrics in medians(served).items()
+    ]
+    marker = {k: result[k] for k in ("kendall_tau", "ranked_by") if k in result}
+    metric = validation.ranked.simulated
+    return open_service(args.db).record_scores(
+        "validate", target.name, target.name, config, policies, metric, marker
+    )

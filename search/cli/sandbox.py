@@ -8,14 +8,14 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from sandbox.choice import survey
-from sandbox.image import DEBIAN_MIRROR, BuildError, build
+from sandbox.image import DEBIAN_MIRROR
 from search.errors import UserError
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any, name: str, help_text: str) -> None:
     """Register `sandbox build` and `sandbox check` on the CLI's subparsers."""
-    s = sub.add_parser("sandbox", help="build the Docker sandbox image; check which backends work here")
+    s = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+    s.set_defaults(handler=sandbox)
     ssub = s.add_subparsers(dest="sandbox_command", required=True)
     b = ssub.add_parser("build", help="build the image for this source (its name is printed on stdout)")
     b.add_argument(
@@ -35,6 +35,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def sandbox(args: argparse.Namespace) -> None:
+    from sandbox.choice import survey
+    from sandbox.image import BuildError, build  # docker's client loads only to build
+
     if args.sandbox_command == "build":
         try:
             name = build(

@@ -1,113 +1,82 @@
-"""`crucible <target> <command>`: every target's own commands, with flags generated from their Options."""
+"""`crucible TARGET COMMAND`: a target's own commands, with flags generated from their Options.
+
+A target is loaded only when its name is the command asked for (or when the whole command line is built,
+for the reference docs), so other commands start without importing any target."""
 
 from __future__ import annotations
 
 import argparse
-import functools
-import json
-import sys
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-import targets
-from targets.base import Command, CommandResult, Option, OptionError, WorkloadError
+from search.cli import parsing
 
 
-@functools.cache
-def _commands() -> dict[str, dict[str, Command]]:
-    """target name -> command name -> Command, for targets that declare commands (loaded once)."""
-    found: dict[str, dict[str, Command]] = {}
-    for name in targets.names():
-        declared = getattr(targets.load(name), "commands", tuple)()  # a target may predate commands()
-        if declared:
-            found[name] = {c.name: c for c in declared}
-    return found
+def targets_with_commands(only: Iterable[str] | None = None) -> list[str]:
+    """The targets (of `only`, when given) that declare commands of their own."""
+    import targets
+
+    names = targets.names() if only is None else [n for n in only if n in targets.names()]
+    return [name for name in names if targets.load(name).commands()]
 
 
-def _flag(option: Option) -> str:
-    return "--" + option.name.replace("_", "-")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def add_parsers(sub: Any) -> None:
-    """Register `<target> <command>` on the CLI's subparsers for every target that has commands."""
-    for target, commands in _commands().items():
-        t = sub.add_parser(target, help=f"the {target} target's own commands")
-        tsub = t.add_subparsers(dest="target_command", required=True)
-        for command in commands.values():
-            c = tsub.add_parser(command.name, help=command.doc, description=command.doc)
-            for option in command.arguments:
-                shown = f"{option.doc} ({option.allowed()}"
-                shown += f"; default {option.default})" if option.default is not None else ")"
-                if option.type == "bool":
-                    c.add_argument(_flag(option), dest=option.name, action="store_true", help=shown)
-                else:
-                    metavar = option.name.upper()
-                    c.add_argument(_flag(option), dest=option.name, metavar=metavar, help=shown)
-            if "json" not in {o.name for o in command.arguments}:
-                c.add_argument("--json", action="store_true", help="print the result's data as JSON")
+def add_parser(sub: Any, target_name: str) -> None:
+    """Register `TARGET COMMAND ...` for every command the target declares; a bool argument is a flag that
+    may also be given a value (`--list`, `--list true`, `--list false`)."""
+    import targets
+
+    target = targets.load(target_name)
+    t = parsing.add_command(sub, target_name, f"the {target_name} target's own commands")
+    commands = t.add_subparsers(dest="target_command", required=True, metavar="COMMAND")
+    for command in target.commands():
+        c = commands.add_parser(command.name, help=command.doc, description=command.doc)
+        for option in command.arguments:
+            shown = f"{option.doc} ({option.allowed()}"
+            shown += f"; default {option.default})" if option.default is not None else ")"
+            if option.type == "bool":
+                c.add_argument(
+                    _flag(option.name),
+                    dest=option.name,
+                    nargs="?",
+                    const="true",
+                    metavar="true|false",
+                    help=shown,
+                )
+            else:
+                c.add_argument(_flag(option.name), dest=option.name, metavar=option.name.upper(), help=shown)
+        if "json" not in {o.name for o in command.arguments}:
+            parsing.add_json(c)
+        c.set_defaults(handler=run, command_of=command)
 
 
-def handlers() -> dict[str, Callable[[argparse.Namespace], None]]:
-    """The CLI's dispatch entries: one per target that has commands; a non-zero status exits."""
-    return {target: _dispatch for target in _commands()}
+def run(args: argparse.Namespace) -> None:
+    """Parse the command's flags with its Options, run it, print a table or JSON."""
+    from search.cli.render import columns_table, print_json, show
 
-
-def _dispatch(args: argparse.Namespace) -> None:
-    status = run(args)
-    if status:
-        raise SystemExit(status)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Parse the command's flags with its Options, run it, print a table or JSON; 2 on a user's mistake."""
-    command = _commands()[args.command][args.target_command]
-    try:
-        values = _values(command, args)
-        result = command.run(values)
-    except (OptionError, WorkloadError) as exc:
-        print(f"crucible: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+    command = args.command_of
+    values = _values(command, args)
+    result = command.run(values)
     if getattr(args, "json", False) and "json" not in values:
-        print(json.dumps(result.data, indent=2, sort_keys=True))
+        print_json(result.data)
     else:
-        render(result)
-    return 0
+        show(columns_table(result.title, result.columns, result.rows))
 
 
-def _values(command: Command, args: argparse.Namespace) -> dict[str, Any]:
+def _values(command: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The checked values of the flags given, the defaults of the others; a missing required one fails."""
+    from targets.base import OptionError
+
     values: dict[str, Any] = {}
     for option in command.arguments:
         given = getattr(args, option.name)
-        if option.type == "bool":
-            values[option.name] = bool(given) or bool(option.default)
-        elif given is not None:
+        if given is not None:
             values[option.name] = option.parse(given)
         elif option.required:
-            raise OptionError(f"{args.command} {command.name} needs {_flag(option)} ({option.doc})")
+            raise OptionError(f"{args.command} {command.name} needs {_flag(option.name)} ({option.doc})")
         elif option.default is not None:
             values[option.name] = option.default
     return values
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def render(result: CommandResult) -> None:
-    """The rows as a table; piped output is as wide as the table, never cut at 80 columns."""
-    table = Table(title=result.title)
-    for column in result.columns:
-        table.add_column(column, overflow="fold")
-    for row in result.rows:
-        table.add_row(*(_cell(row.get(c, "")) for c in result.columns))
-    console = Console()
-    if not console.is_terminal:
-        width = Console(width=100_000).measure(table).maximum
-        console = Console(width=max(80, width))
-    console.print(table)

@@ -5,32 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy import Engine
-
-import targets
-from sandbox.choice import BACKENDS, choose_sandbox
+from search.cli import parsing
+from search.cli.parsing import add_db, add_json, add_workload
 from search.errors import UserError
-from search.service.runs import RunService, load_target, resolve
-from search.store.store import DEFAULT_URL, Store, StoreError, open_engine
-from search.tune.study import Goal, Study, TuneReport, TuneSpec, tune
-from targets.base import Option, OptionError, Target
-from verifiers.program import Program
-from verifiers.static import StaticError, check
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from search.tune.study import TuneReport
+    from targets.base import Target
+    from verifiers.program import Program
 
 DEFAULT_STORAGE = "sqlite:///crucible-tune.db"
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any, name: str, help_text: str) -> None:
     """Register `crucible tune` on the CLI's subparsers."""
-    t = sub.add_parser(
-        "tune",
-        help="tune a policy's PARAMS and the mechanism's knobs with Optuna (no proposer)",
+    t = parsing.add_command(
+        sub,
+        name,
+        help_text,
         description=(
             "An Optuna study over a policy's PARAMS and its target's tunable options. Each trial is a "
             "sandbox job on the train instances; the best (or the Pareto front) and the policy as "
@@ -38,13 +35,13 @@ def add_parsers(sub: Any) -> None:
             "the study; processes sharing --storage together run exactly --trials trials."
         ),
     )
-    t.add_argument("--target", default="kv", help=f"one of {', '.join(targets.names())}")
+    add_json(t)
+    add_db(t)
+    add_workload(t, settings=("sandbox",))
     t.add_argument("--policy", required=True, help="a packaged baseline's name or a heuristic file")
-    t.add_argument("--workload", help="trace file or generator spec (default: the shipped workload)")
-    t.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE")
     t.add_argument("--trials", type=int, default=30, help="trials the study holds in all (default 30)")
     t.add_argument("--timeout", type=float, help="start no trial after this many seconds")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     t.add_argument(
         "--objective",
         action="append",
@@ -53,15 +50,22 @@ def add_parsers(sub: Any) -> None:
     )
     t.add_argument("--storage", default=DEFAULT_STORAGE, help=f"Optuna RDB URL (default {DEFAULT_STORAGE})")
     t.add_argument("--study", default="", help="study name (default: derived from the settings)")
-    t.add_argument("--sandbox", default="auto", choices=BACKENDS)
-    t.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-    t.add_argument("--db", default=DEFAULT_URL, help=f"run store URL (default {DEFAULT_URL})")
+    t.set_defaults(handler=run, option_flags=True)
 
 
 def run(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from sandbox.choice import choose_sandbox, notice
+    from search.service import load_target, open_service
+    from search.service.runs import resolve
+    from search.settings import target_options
+    from search.tune.study import Goal, Study, TuneSpec, tune
+
     target = load_target(args.target)
     name, source, program = policy(target, args.policy)
-    workload, options = resolve(target, args.workload, given_options(target, args.settings))
+    assignments = parsing.option_assignments(args, target)
+    workload, options = resolve(target, args.workload, target_options(target, assignments))
     goals = tuple(Goal.parse(text, target) for text in args.objective or [target.objective.metric])
     if len({g.metric for g in goals}) != len(goals):
         raise UserError("--objective: each metric once")
@@ -80,39 +84,34 @@ def run(args: argparse.Namespace) -> None:
         storage=args.storage,
         study=args.study,
     )
-    err = Console(stderr=True)
-    service = RunService(Store(shared_store(args.db)))
-    sandbox, reason = choose_sandbox(args.sandbox)
-    err.print(f"sandbox: {sandbox.name} ({reason})", markup=False, highlight=False, soft_wrap=True)
+    service = open_service(args.db)
+    sandbox, reason = choose_sandbox(parsing.setting(args, "sandbox"))
+    parsing.note(notice(sandbox, reason))
     study = Study(spec, target, program, sandbox, service)
     knobs = ", ".join(f"{k.name} [{k.low:g}, {k.high:g}]" for k in study.knobs) or "none"
-    err.print(f"study {spec.study_name()} in {spec.storage}; knobs: {knobs}", markup=False, highlight=False)
+    parsing.note(f"study {spec.study_name()} in {spec.storage}; knobs: {knobs}")
 
     def progress(n: int, total: int, status: str) -> None:
-        err.print(f"trial {n} here ({len(study.done())}/{total} in the study): {status}", markup=False)
+        parsing.note(f"trial {n} here ({len(study.done())}/{total} in the study): {status}")
 
-    report = tune(study, progress)
+    try:
+        report = tune(study, progress)
+    except KeyboardInterrupt:
+        parsing.fail(
+            f"interrupted; study {spec.study_name()} keeps its {len(study.done())} trials: rerun the same "
+            "command to continue it",
+            code=130,
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         show(report, Console())
 
 
-def shared_store(url: str, attempts: int = 5) -> Engine:
-    """The run store, which processes of one study may be first to make at the same moment: the losers of
-    that race (its tables made by another process meanwhile) open it again."""
-    for attempt in range(attempts):
-        try:
-            return open_engine(url)
-        except StoreError:
-            if attempt + 1 == attempts:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
 def policy(target: Target, given: str) -> tuple[str, str, Program]:
     """A packaged baseline by name, else a heuristic file; its name, source and checked program."""
+    from verifiers.static import StaticError, check
+
     baselines = target.baselines()
     if given in baselines:
         name, source = given, baselines[given]
@@ -132,23 +131,10 @@ def policy(target: Target, given: str) -> tuple[str, str, Program]:
         raise UserError(f"{given}: {exc}") from None
 
 
-def given_options(target: Target, settings: list[str]) -> dict[str, Any]:
-    """The --set values, each parsed by the target's Option; one line naming a bad one."""
-    known: dict[str, Option] = {o.name: o for o in target.options}
-    given: dict[str, Any] = {}
-    for pair in settings:
-        name, sep, text = pair.partition("=")
-        if not sep or name.strip() not in known:
-            raise UserError(f"--set {pair!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
-        try:
-            given[name.strip()] = known[name.strip()].parse(text)
-        except OptionError as exc:
-            raise UserError(str(exc)) from None
-    return given
-
-
 def show(report: TuneReport, console: Console) -> None:
     """The configured policy against the best trial(s) on the eval instances, and the gain."""
+    from rich.table import Table
+
     metrics = [g["metric"] for g in report.goals]
     table = Table(title=f"{report.policy} on {report.target}: study {report.study} (run {report.run_id})")
     for column in ("point", *[k["name"] for k in report.knobs], *metrics):

@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from search.errors import UserError
-from search.store.store import DEFAULT_URL
+from search.settings import DEFAULT_STORE
 
 DB_ENV = "CRUCIBLE_DB"
 """The variable the app reads its store URL from (set by this command for its child)."""
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any, name: str, help_text: str) -> None:
     """Register `ui` on the CLI's subparsers."""
-    u = sub.add_parser("ui", help="open the web UI (Streamlit) on a store: watch, inspect, compare, launch")
-    u.add_argument("--db", default=DEFAULT_URL, help=f"store URL (default {DEFAULT_URL})")
+    u = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+    u.set_defaults(handler=ui)
+    u.add_argument("--db", default=DEFAULT_STORE, help=f"store URL (default {DEFAULT_STORE})")
     u.add_argument("--port", type=int, default=8501, help="port to serve on (default %(default)s)")
     u.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
 

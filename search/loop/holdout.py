@@ -21,9 +21,10 @@ from typing import Any
 
 import targets
 from sandbox.base import Sandbox
-from sandbox.job import Job, Limits, Result, Tuning
+from sandbox.job import Job, Limits, Tuning
 from search.errors import UserError
-from search.store.store import BASELINE, Candidate, Evaluation, Store
+from search.loop.journal import Journal
+from search.store.tables import BASELINE, Candidate
 from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
 from verifiers.static import check, render
 
@@ -120,8 +121,7 @@ class _Subject:
 
 
 def measure_tail(
-    store: Store,
-    run_id: str,
+    journal: Journal,
     best_id: int | None,
     sandbox: Sandbox,
     executor: Executor,
@@ -131,17 +131,16 @@ def measure_tail(
 ) -> int:
     """Score the best candidate (`best_id`) and every baseline on the run's held-out tail and store it;
     policies already scored are skipped, so a resumed run finishes the report. Returns how many ran."""
-    run = store.run(run_id)
-    assert run is not None
+    run = journal.run()
     config = json.loads(run.config)
     cut = Split.from_json(config["holdout"])
     target = targets.load(run.target)
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
     scoring = tail_scoring(target, config["workload"], options, cut)
-    done = {(e.candidate_id, e.policy) for e in store.evaluations(run_id) if e.role in (TAIL, TAIL_RETUNED)}
-    rows = [r for r in store.candidates(run_id) if r.status == "evaluated"]
+    done = {(e.candidate_id, e.policy) for e in journal.evaluations() if e.role in (TAIL, TAIL_RETUNED)}
+    rows = [r for r in journal.candidates() if r.status == "evaluated"]
     subjects = [_Subject(r) for r in rows if r.proposer == BASELINE or r.id == best_id]
-    builtins = {e.policy for e in store.evaluations(run_id) if e.policy and e.role == "eval"}
+    builtins = {e.policy for e in journal.evaluations() if e.policy and e.role == "eval"}
     subjects += [_Subject(None, name) for name in target.builtin_baselines() if name in builtins]
     subjects = [s for s in subjects if ((s.row.id if s.row else None), s.builtin) not in done]
     jobs: list[tuple[_Subject, str, Job]] = []
@@ -155,32 +154,11 @@ def measure_tail(
         jobs.append((s, TAIL_RETUNED, retune_job(target, s.row.source, params, scoring, retune, limits)))
     results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
     for (s, role, _), result in zip(jobs, results, strict=True):
-        name = s.builtin if s.row is None else s.row.name or f"#{s.row.id}"
+        name = s.builtin if s.row is None else s.row.name or f"#{s.row.seq}"
         if result.status != "ok":
-            store.log(
-                run_id, "holdout-failed", f"{name} on the tail ({role}): {result.status}: {result.message}"
-            )
+            journal.log("holdout-failed", f"{name} on the tail ({role}): {result.status}: {result.message}")
             continue
-        store.add_evaluations(_evaluations(run_id, s, role, result))
+        journal.scored(s.row.id if s.row else None, result, policy=s.builtin, role=role)
     if jobs:
-        store.log(run_id, "holdout", f"tail {cut.tail} scored: {len(subjects)} policies, head {cut.head}")
+        journal.log("holdout", f"tail {cut.tail} scored: {len(subjects)} policies, head {cut.head}")
     return len(subjects)
-
-
-def _evaluations(run_id: str, subject: _Subject, role: str, result: Result) -> list[Evaluation]:
-    """The tail's eval instances of a result, stored under `role` (a re-tuning's fitted copy is not kept)."""
-    return [
-        Evaluation(
-            run_id=run_id,
-            candidate_id=subject.row.id if subject.row else None,
-            policy=subject.builtin,
-            instance=i.label,
-            role=role,
-            params=json.dumps(result.params, sort_keys=True),
-            metrics=json.dumps(i.metrics, sort_keys=True),
-            seconds=i.seconds,
-            backend=result.backend,
-        )
-        for i in result.instances
-        if i.role == "eval"
-    ]

@@ -15,78 +15,31 @@ none of the candidate budget, but at most as many again as the budget are propos
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from itertools import takewhile
-from typing import Any
 
 import targets
 from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Result, Tuning
 from search.loop.database import ProgramDatabase
 from search.loop.fingerprint import fingerprint
+from search.loop.journal import Journal
 from search.loop.schedule import Schedule, schedule_for
-from search.loop.selection import WHOLE, run_instances
+from search.loop.selection import run_instances
 from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
-from search.store.readmodel import mean_metrics
-from search.store.store import BASELINE, Candidate, Evaluation, Run, Store, Verification
+from search.settings import RunConfig
+from search.stats.means import mean_metrics
+from search.store.tables import BASELINE, Candidate
 from targets.base import Target
 from verifiers.program import Program
 from verifiers.properties import Domain, Outcome
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run; stored as JSON so the run can be resumed and reproduced."""
-
-    target: str
-    workload: str
-    """A file (stored as an absolute path) or a generator spec the target understands."""
-    options: dict[str, Any]
-    """The target's options (its declared `Option`s), defaults filled in: what `instances()` is given."""
-    budget: int = 300
-    seed: int = 0
-    trials: int = 32
-    """Optuna trials per candidate: TPE engages after 10; the mean tuned score levels off by 32 (README)."""
-    workers: int = 2
-    islands: int = 4
-    proposer: str = "evolve"
-    time_budget_s: float | None = None
-    gate_top_k: int = 8
-    migrate_every: int = 25
-    limits: dict[str, Any] = field(default_factory=dict)
-    llm: dict[str, Any] = field(default_factory=dict)
-    """The LLM proposer's settings (`search.proposers.llm.LLMConfig`) for the llm and mix proposers."""
-    max_cost_usd: float | None = None
-    """Stop (resumably) once the proposals have cost this much, failed ones included."""
-    max_tokens: int | None = None
-    """Stop (resumably) once the proposals have used this many tokens, failed ones included."""
-    seeds: dict[str, str] = field(default_factory=dict)
-    """More heuristics (name -> source) run like the baselines and seeding the islands (a CI champion)."""
-    schedule: str = "steady"
-    """steady (a freed slot takes the next candidate) | batch (the older loop; the benchmark's baseline)."""
-    holdout: dict[str, Any] = field(default_factory=dict)
-    """The time split of `--holdout` (loop/holdout.py: share, head, tail windows); {} for none."""
-    select: str = WHOLE
-    """What candidates are ranked on (loop/selection.py): the whole window, or what tuning never saw."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunConfig:
-        fields = dict(data)
-        if "target_config" in fields:  # stored before options were declared by the targets
-            fields["options"] = fields.pop("target_config")
-        return cls(**fields)
 
 
 class BaselineFailed(RuntimeError):
@@ -129,8 +82,7 @@ class Search:
 
     def __init__(
         self,
-        store: Store,
-        run: Run,
+        journal: Journal,
         sandbox: Sandbox,
         proposer: Proposer,
         reporter: Reporter | None = None,
@@ -138,9 +90,9 @@ class Search:
         *,
         executor: Executor,
     ) -> None:
-        self.store = store
-        self.run = run
-        self.config = RunConfig.from_json(json.loads(run.config))
+        self.journal = journal
+        self.run_id = journal.run_id
+        self.config = RunConfig.from_json(json.loads(journal.run().config))
         self.sandbox = sandbox
         self.proposer = proposer
         self.reporter = reporter or Reporter()
@@ -178,14 +130,14 @@ class Search:
 
     def _execute(self, pool: Executor) -> None:
         started = self.clock()
-        self.store.start_run(self.run.id, os.getpid(), socket.gethostname())
+        self.journal.started()
         try:
             self._ensure_baselines(pool)
         except BaselineFailed as exc:
-            self.store.set_run_status(self.run.id, "failed", str(exc))
-            self.store.log(self.run.id, "failed", str(exc))
+            self.journal.ended("failed", str(exc))
+            self.journal.log("failed", str(exc))
             raise
-        rows = list(self.store.candidates(self.run.id))
+        rows = list(self.journal.candidates())
         for row in rows:
             self._note_best(row)
             if row.proposer == BASELINE:
@@ -193,7 +145,7 @@ class Search:
         self.history = [row for row in rows if row.proposer != BASELINE]
         self.anchors = [row for row in rows if row.proposer == BASELINE]
         self.done = sum(row.status not in ("pending", "duplicate") for row in self.history)
-        self.reporter.started(self.run.id, self.done, self.config.budget)
+        self.reporter.started(self.run_id, self.done, self.config.budget)
         running = {self._submit(pool, row): row for row in self.history if row.status == "pending"}
         seq = max((row.seq for row in rows), default=-1) + 1
         stop, exhausted = "", False
@@ -226,13 +178,13 @@ class Search:
                 self._record(row, _outcome(future))
                 self._finished(row)
         if exhausted:
-            self.store.log(self.run.id, "stopped", "the proposer produced no new candidate")
+            self.journal.log("stopped", "the proposer produced no new candidate")
         if stop:
-            self.store.set_run_status(self.run.id, "stopped", stop)
-            self.store.log(self.run.id, "stopped", stop)
+            self.journal.ended("stopped", stop)
+            self.journal.log("stopped", stop)
         else:  # an exhausted proposer ends the run short of its budget: the run says so
             short = f"the proposer produced no new candidate after {self.done} of {self.config.budget}"
-            self.store.set_run_status(self.run.id, "finished", short if exhausted else "")
+            self.journal.ended("finished", short if exhausted else "")
 
     def _room(self) -> int:
         """How many more candidates the budget allows: a behavioural duplicate spends none of it (a pending
@@ -247,8 +199,9 @@ class Search:
         self.reporter.candidate(self.done, self.config.budget, self.best, row.status)
 
     def _note_best(self, row: Candidate) -> None:
-        """The best score recorded so far (baselines included), for the progress line."""
-        if row.status != "evaluated" or row.score is None:
+        """The best score of a proposed candidate so far, for the progress line: what the final table
+        calls found (the baselines are its other rows)."""
+        if row.status != "evaluated" or row.score is None or row.proposer == BASELINE:
             return
         if self.best is None or (row.score > self.best) == self.maximize:
             self.best = row.score
@@ -283,12 +236,12 @@ class Search:
 
     def _ensure_baselines(self, pool: Executor) -> None:
         """Evaluate every baseline once per run; they seed the islands and anchor the report."""
-        existing = {row.name: row for row in self.store.candidates(self.run.id) if row.proposer == BASELINE}
+        existing = {row.name: row for row in self.journal.candidates() if row.proposer == BASELINE}
         rows = []
         for i, (name, source) in enumerate({**self.target.baselines(), **self.config.seeds}.items()):
-            row = existing.get(name) or self.store.add_candidate(
+            row = existing.get(name) or self.journal.add(
                 Candidate(
-                    run_id=self.run.id,
+                    run_id=self.run_id,
                     seq=-1 - i,
                     name=name,
                     source=source,
@@ -299,7 +252,7 @@ class Search:
             )
             if row.status == "pending":
                 rows.append(row)
-        done = {e.policy for e in self.store.evaluations(self.run.id) if e.policy}
+        done = {e.policy for e in self.journal.evaluations() if e.policy}
         builtins = [n for n in self.target.builtin_baselines() if n not in done]
         if not rows and not builtins:
             return
@@ -317,7 +270,7 @@ class Search:
         for row, result in zip(rows, results, strict=False):
             self._record(row, result)
         for name, result in zip(builtins, results[len(rows) :], strict=True):
-            self.store.add_evaluations(self._evaluations(None, result, policy=name))
+            self.journal.scored(None, result, policy=name)
 
     def _propose_group(self, seqs: list[int]) -> list[Candidate]:
         """New candidates for `seqs`; a proposer with concurrency > 1 writes several at the same time.
@@ -326,7 +279,7 @@ class Search:
         each also sees the rejections of those before it; side by side (an LLM endpoint's concurrency),
         all are drawn before any is written. These threads only wait on the proposer's calls.
         """
-        taken = {row.fingerprint for row in self.store.candidates(self.run.id)}
+        taken = {row.fingerprint for row in self.journal.candidates()}
         lock = threading.Lock()
         width = min(self.proposer.concurrency, len(seqs))
         if width <= 1:
@@ -378,8 +331,7 @@ class Search:
             try:
                 proposal = self.proposer.propose(request)
             except ProposalFailed as exc:
-                self.store.log(
-                    self.run.id,
+                self.journal.log(
                     "proposal-failed",
                     str(exc),
                     proposer=exc.proposer or self.proposer.name,
@@ -393,16 +345,15 @@ class Search:
                 duplicate = mark in taken
                 taken.add(mark)
             if duplicate:  # counted where the budget went (`runs show`), then proposed again
-                self.store.log(
-                    self.run.id,
+                self.journal.log(
                     "proposal-duplicate",
-                    f"the same program as an earlier candidate (parent #{parent.candidate_id})",
+                    f"the same program as an earlier candidate (parent {parent.name})",
                     proposer=proposal.proposer,
                     model=proposal.model,
                 )
                 continue
             row = Candidate(
-                run_id=self.run.id,
+                run_id=self.run_id,
                 seq=seq,
                 source=proposal.source,
                 fingerprint=mark,
@@ -418,7 +369,7 @@ class Search:
             rejection, outcomes = self._screen(proposal.source)
             if rejection:
                 row.status, row.message = "rejected", rejection
-            return self.store.add_candidate(row, [_verification(self.run.id, o) for o in outcomes])
+            return self.journal.add(row, outcomes)
         return None
 
     def _screen(self, source: str) -> tuple[str, list[Outcome]]:
@@ -443,7 +394,7 @@ class Search:
         cap_cost, cap_tokens = self.config.max_cost_usd, self.config.max_tokens
         if cap_cost is None and cap_tokens is None:
             return ""
-        tokens, cost = self.store.spend(self.run.id)
+        tokens, cost = self.journal.spend()
         if cap_cost is not None and cost >= cap_cost:
             return f"cost cap reached: ${cost:.4f} spent of ${cap_cost:g}"
         if cap_tokens is not None and tokens >= cap_tokens:
@@ -511,32 +462,15 @@ class Search:
             row.status = "gated"
         else:
             row.status, row.score = "evaluated", sum(evals) / len(evals)
-        self.store.finish_candidate(row, self._evaluations(row.id, result))
-
-    def _evaluations(self, candidate_id: int | None, result: Result, policy: str = "") -> list[Evaluation]:
-        return [
-            Evaluation(
-                run_id=self.run.id,
-                candidate_id=candidate_id,
-                policy=policy,
-                instance=i.label,
-                role=i.role,
-                params=json.dumps(result.params, sort_keys=True),
-                metrics=json.dumps(i.metrics, sort_keys=True),
-                seconds=i.seconds,
-                backend=result.backend,
-            )
-            for i in result.instances
-        ]
+        self.journal.finish(row, result)
 
     def _admit(self, row: Candidate) -> None:
         if row.status != "evaluated" or row.score is None or row.id is None:
             return
         score = row.score if self.maximize else -row.score
-        evals = [
-            json.loads(e.metrics) for e in self.store.evaluations(self.run.id, row.id) if e.role == "eval"
-        ]
-        entry = Entry(row.id, row.source, score, metrics=mean_metrics(evals), params=json.loads(row.params))
+        evals = [json.loads(e.metrics) for e in self.journal.evaluations(row.id) if e.role == "eval"]
+        metrics, params = mean_metrics(evals), json.loads(row.params)
+        entry = Entry(row.id, row.source, score, metrics, params, label=row.name or f"#{row.seq}")
         self.database.add(entry, row.island)
 
     def _recent_failures(self, seq: int) -> tuple[str, ...]:
@@ -566,17 +500,4 @@ def _label(row: Candidate | None) -> str:
     """How a message names a candidate: a baseline by name, a candidate by its number."""
     if row is None:
         return "an earlier program"
-    return f"baseline {row.name}" if row.proposer == BASELINE else f"candidate {row.seq} (#{row.id})"
-
-
-def _verification(run_id: str, outcome: Outcome) -> Verification:
-    cex = json.dumps(outcome.counterexample, sort_keys=True) if outcome.counterexample else ""
-    return Verification(
-        run_id=run_id,
-        property=outcome.property,
-        severity=outcome.severity,
-        verdict=outcome.verdict,
-        seconds=outcome.seconds,
-        counterexample=cex,
-        message=outcome.message,
-    )
+    return f"baseline {row.name}" if row.proposer == BASELINE else f"candidate #{row.seq}"

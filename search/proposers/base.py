@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from search.settings import Setting
 from targets.base import FeatureRegistry
 from verifiers.program import Signature
 
@@ -18,6 +20,12 @@ class Entry:
     score: float
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, float] = field(default_factory=dict)
+    label: str = ""
+    """How notes and prompts name it, as every front end does (`#seq`, or a baseline's name)."""
+
+    @property
+    def name(self) -> str:
+        return self.label or f"#{self.candidate_id}"
 
 
 @dataclass(frozen=True)
@@ -85,3 +93,25 @@ class Proposer(Protocol):
     """Proposals of one batch that may be written at the same time (1: one after another, in order)."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+class ProposerKind(Protocol):
+    """What a proposer's entry point (group `crucible.proposers`) names: its settings, declared as data so
+    every front end generates its fields from them, and how to make the proposer of a run.
+
+    `configure` checks the values of `settings` together (a missing model, a price that does not parse)
+    and raises ValueError with one line; `create` makes the proposer for a run from those values, reading
+    secrets (an API key) from `environ`, never from the store, and checks what it can reach before the run
+    starts (ProposerUnavailable, or ValueError for a mistake of the user's)."""
+
+    name: str
+    doc: str
+    settings: tuple[Setting, ...]
+
+    def configure(self, values: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        """Models whose calls this proposer would count as free (no price given): a cost cap cannot hold."""
+        ...
+
+    def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer: ...

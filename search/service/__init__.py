@@ -1,1 +1,62 @@
-"""The run service: every front end creates, resumes, executes and reads runs through it."""
+"""The run service: every front end creates, resumes, executes, stops and reads runs through it, and opens
+a store only through `open_service`; the read model's answers are plain data the front ends draw."""
+
+from search.service.runs import (
+    RunService,
+    load_target,
+    open_service,
+    prepare,
+    proposer_for,
+    proposer_of,
+    target_names,
+)
+from search.store.readmodel import (
+    BaselineInfo,
+    BaselineRef,
+    Budget,
+    CandidateInfo,
+    CandidateRef,
+    EvaluationInfo,
+    EventInfo,
+    HoldoutReport,
+    HoldoutRow,
+    ProgressPoint,
+    ProposerStats,
+    ReadModel,
+    RunInfo,
+    RunReport,
+    StudyPoint,
+    StudyReport,
+    Verdict,
+    VerificationCounts,
+)
+from search.store.store import StoreError
+
+__all__ = [
+    "BaselineInfo",
+    "BaselineRef",
+    "Budget",
+    "CandidateInfo",
+    "CandidateRef",
+    "EvaluationInfo",
+    "EventInfo",
+    "HoldoutReport",
+    "HoldoutRow",
+    "ProgressPoint",
+    "ProposerStats",
+    "ReadModel",
+    "RunInfo",
+    "RunReport",
+    "RunService",
+    "StoreError",
+    "StudyPoint",
+    "StudyReport",
+    "Verdict",
+    "VerificationCounts",
+    "load_target",
+    "open_service",
+    "prepare",
+    "proposer_for",
+    "proposer_of",
+    "target_names",
+]

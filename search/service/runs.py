@@ -11,29 +11,33 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import targets
 from sandbox.base import Sandbox
 from sandbox.job import Limits
+from search import proposers
 from search.errors import UserError
 from search.executors.local import local_pool
-from search.loop.holdout import WINDOW_OPTION, check_share, measure_tail, split
+from search.loop.holdout import WINDOW_OPTION, measure_tail, split
 from search.loop.schedule import SCHEDULES
-from search.loop.search import BaselineFailed, Reporter, RunConfig, Search
+from search.loop.search import BaselineFailed, Reporter, Search
 from search.loop.selection import default_select, run_instances
-from search.proposers.base import Proposer, ProposerUnavailable
-from search.proposers.evolve import EvolveProposer
-from search.proposers.llm import LLMConfig, LLMProposer, api_key
-from search.proposers.mix import MixProposer
+from search.proposers.base import Proposer, ProposerKind, ProposerUnavailable
+from search.service import records
+from search.service.journal import RunJournal
+from search.settings import BY_NAME, SETTINGS, RunConfig, Setting, SettingError, checked
 from search.store.readmodel import ReadModel, RunInfo, RunReport, run_status
-from search.store.store import Store
+from search.store.store import Store, StoreError, open_engine
 from targets.base import Option, OptionError, Target, WorkloadError, resolve_options
 
+NOT_STARTED = "created, not started yet"
+"""The message of a run stored but not executed yet (its executing process may start it any moment)."""
 ExecutorFactory = Callable[[int], Executor]
 """Makes the executor of a run from its `workers` setting."""
 
@@ -52,8 +56,9 @@ class RunService:
         return prepare(target, workload, options, **run_settings)
 
     def record(self, config: RunConfig) -> RunInfo:
-        """Store a prepared run (status running until it is executed)."""
+        """Store a prepared run; until a process executes it, it is stopped and resumable."""
         run = self.store.create_run(config.target, config.to_json())
+        self.store.set_run_status(run.id, "stopped", NOT_STARTED)
         return self.read.run(run.id)
 
     def create(
@@ -61,15 +66,10 @@ class RunService:
     ) -> RunInfo:
         return self.record(self.prepare(target, workload, options, **run_settings))
 
-    def resume(
-        self,
-        run_id: str,
-        *,
-        max_cost_usd: float | None = None,
-        max_tokens: int | None = None,
-        base_url: str | None = None,
-    ) -> RunInfo:
-        """A run made ready to continue, with its caps raised or its endpoint moved (logged if changed)."""
+    def resume(self, run_id: str, **changes: Any) -> RunInfo:
+        """A run made ready to continue; `changes` are settings a resume may change (its budget, caps,
+        workers, sandbox, the proposer's endpoint), each logged. Any other setting is the run's own: one
+        line says so."""
         info = self.read.run(run_id)
         run = self.store.run(info.run_id)
         assert run is not None
@@ -79,20 +79,37 @@ class RunService:
             and run.host == socket.gethostname()
         ):
             raise UserError(f"run {run.id} is running in process {run.pid}; stop it before resuming")
+        if info.kind != "search":
+            again = (
+                "rerun the same `crucible tune` command"
+                if info.kind == "tune"
+                else f"run the {info.kind} again"
+            )
+            raise UserError(f"run {run.id} is a {info.kind} run, not a search: {again} to continue it")
         config = RunConfig.from_json(info.config)
-        changes: dict[str, Any] = {}
-        for name, value in (("max_cost_usd", max_cost_usd), ("max_tokens", max_tokens)):
-            if value is not None:
-                changes[name] = value
-        if base_url and config.llm:
-            changes["llm"] = {**config.llm, "base_url": base_url}
-        new = replace(config, **changes)
-        check_settings(new)
+        kind = proposer_kind(config.proposer)
+        own = {s.name: s for s in kind.settings}
+        run_changes: dict[str, Any] = {}
+        proposer_changes: dict[str, Any] = {}
+        for name, value in changes.items():
+            if value is None:
+                continue
+            setting = BY_NAME.get(name) or own.get(name)
+            if setting is None:
+                raise UserError(f"unknown setting {name!r}")
+            if not setting.resumable:
+                raise UserError(
+                    f"{setting.flag} is run {run.id}'s own setting; a resumed run keeps it "
+                    "(start a new search to change it)"
+                )
+            (run_changes if name in BY_NAME else proposer_changes)[name] = _checked(setting, value)
+        new = replace(config, **run_changes)
+        if proposer_changes:
+            merged = {**config.proposer_settings, **proposer_changes}
+            new = replace(new, proposer_settings=_configured(kind, merged))
         if new != config:
             self.store.set_run_config(run.id, new.to_json())
-            shown = {k: v for k, v in changes.items() if k != "llm"}
-            if "llm" in changes:
-                shown["base_url"] = base_url
+            shown = {**run_changes, **proposer_changes}
             self.store.log(run.id, "config", f"resumed with {json.dumps(shown, sort_keys=True)}")
         return self.read.run(run.id)
 
@@ -114,7 +131,7 @@ class RunService:
         config = RunConfig.from_json(json.loads(run.config))
         pool = executor or self.executor_factory(config.workers)
         try:
-            Search(self.store, run, sandbox, proposer, reporter, executor=pool).execute()
+            Search(self.journal(run.id), sandbox, proposer, reporter, executor=pool).execute()
             self._score_tail(run.id, config, sandbox, pool, reporter)
         except KeyboardInterrupt:
             self.stop(run.id, "interrupted")
@@ -148,7 +165,28 @@ class RunService:
             reporter.note(f"scoring the held-out tail {config.holdout['tail']}")
         best = info.best.candidate_id if info.best else None
         limits = Limits(**config.limits)
-        measure_tail(self.store, run_id, best, sandbox, pool, config.trials, config.seed, limits)
+        measure_tail(self.journal(run_id), best, sandbox, pool, config.trials, config.seed, limits)
+
+    def record_study(self, study: records.Study) -> str:
+        """Store a tune study (its configured policy, trials and front) as its run of kind tune."""
+        return records.record_study(self.store, study)
+
+    def record_scores(
+        self,
+        kind: str,
+        subject: str,
+        target: str,
+        config: Mapping[str, Any],
+        policies: Sequence[records.Policy],
+        metric: str,
+        marker: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store policies' scores as a finished run of `kind` (ci, validate), of `subject`."""
+        return records.record_scores(self.store, kind, subject, target, config, policies, metric, marker)
+
+    def journal(self, run_id: str) -> RunJournal:
+        """The reads and writes of one run that the code filling it goes through (the search loop)."""
+        return RunJournal(self.store, self.read.run(run_id).run_id)
 
     def stop(self, run_id: str, reason: str = "stopped") -> None:
         """Stop a run resumably: a live process of it on this machine is interrupted (it stores the run
@@ -165,32 +203,90 @@ class RunService:
             self.store.log(run.id, "stopped", reason)
 
 
-def prepare(
-    target: str, workload: str | None, options: Mapping[str, Any], *, holdout: Any = None, **run_settings: Any
-) -> RunConfig:
+INTERNAL = ("islands", "gate_top_k", "migrate_every", "limits", "seeds", "schedule")
+"""RunConfig fields a program may set (a benchmark, the CI job's seeds) that no front end offers."""
+
+
+def prepare(target: str, workload: str | None, options: Mapping[str, Any], **given: Any) -> RunConfig:
     """A run's configuration, every part checked (the workload made absolute); nothing stored, no store
     needed, so a mistake never leaves even an empty database behind.
 
-    `run_settings` are RunConfig's other fields (budget, seed, trials, workers, proposer, ...); `holdout`,
-    a share of the workload's requests (the last in time), is cut off here: the run's window is the head;
-    `select` None (or absent) is the default for the split (search/loop/selection.py).
+    `given` are settings by name (search/settings.py's and the chosen proposer's, as every front end
+    names them); None leaves one at its default. `holdout`, a share of the workload's requests (the last
+    in time), is cut off here: the run's window is the head; `select` None is the default for the split.
     """
     found = load_target(target)
     workload, values = resolve(found, workload, options)
-    cut = None if holdout is None else split(found, workload, values, check_share(holdout))
+    given = {k: v for k, v in given.items() if v is not None}
+    run = {k: given.pop(k) for k in list(given) if k in BY_NAME}
+    internal = {k: given.pop(k) for k in list(given) if k in INTERNAL}
+    try:
+        run = checked(SETTINGS, run)
+    except SettingError as exc:
+        raise UserError(str(exc)) from None
+    kind = proposer_kind(run["proposer"])
+    stray = [name for name in given if name not in {s.name for s in kind.settings}]
+    if stray:
+        owners = [n for n in proposers.names() if stray[0] in {s.name for s in proposers.load(n).settings}]
+        if owners:
+            raise UserError(f"{_flag(stray[0])} applies to --proposer {' or '.join(owners)}")
+        raise UserError(f"unknown run setting {stray[0]!r}")
+    proposer_settings = _configured(kind, _checked_all(kind, given))
+    if run["max_cost_usd"] is not None and (unpriced := kind.unpriced(proposer_settings)):
+        raise UserError(f"--max-cost-usd needs a --price for every model; none for {', '.join(unpriced)}")
+    share = run.pop("holdout")
+    cut = None if share is None else split(found, workload, values, share)
     if cut:
         values[WINDOW_OPTION] = cut.head
-    unknown = sorted(set(run_settings) - {f.name for f in fields(RunConfig)})
-    if unknown:
-        raise UserError(f"unknown run setting {unknown[0]!r}")
     held = {"holdout": cut.to_json()} if cut else {}
-    select = run_settings.pop("select", None) or default_select(cut is not None)
+    select = run.pop("select") or default_select(cut is not None)
     config = RunConfig(
-        target=target, workload=workload, options=values, select=select, **run_settings, **held
+        target=target,
+        workload=workload,
+        options=values,
+        select=select,
+        proposer_settings=proposer_settings,
+        **run,
+        **internal,
+        **held,
     )
-    check_settings(config)
+    if config.schedule not in SCHEDULES:
+        raise UserError(f"unknown schedule {config.schedule!r}; choose {' or '.join(SCHEDULES)}")
     run_instances(found, workload, values, config.select)  # a bad trace or size fails here, nothing stored
     return config
+
+
+def proposer_kind(name: str) -> ProposerKind:
+    """The installed proposer called `name`; one line naming the known ones."""
+    try:
+        return proposers.load(name)
+    except LookupError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _flag(name: str) -> str:
+    """How the front ends name a proposer's setting: its flag."""
+    return next((s.flag for s in proposers.settings() if s.name == name), name)
+
+
+def _checked(setting: Setting, value: Any) -> Any:
+    try:
+        return setting.check(value)
+    except SettingError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _checked_all(kind: ProposerKind, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every setting of the proposer: the given ones checked, the others at their defaults."""
+    own = {s.name: s for s in kind.settings}
+    return {name: _checked(s, given[name]) if name in given else s.default for name, s in own.items()}
+
+
+def _configured(kind: ProposerKind, values: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return kind.configure(values)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def target_names() -> tuple[str, ...]:
@@ -243,36 +339,37 @@ def instances(target: Target, workload: str, options: Mapping[str, Any]) -> list
         raise UserError(str(exc)) from None
 
 
-def check_settings(config: RunConfig) -> None:
-    """The run's own settings in range: one line naming the first that is not (as the CLI's flag, the name
-    every front end shows for it)."""
-    whole = {"--budget": config.budget, "--trials": config.trials, "--workers": config.workers}
-    for name, value in whole.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
-    positive = {
-        "--time-budget": config.time_budget_s,
-        "--max-cost-usd": config.max_cost_usd,
-        "--max-tokens": config.max_tokens,
-    }
-    for flag, value in positive.items():
-        if value is not None and not value > 0:
-            raise UserError(f"{flag} must be positive, got {value}")
-    if config.proposer not in ("evolve", "llm", "mix"):
-        raise UserError(f"unknown proposer {config.proposer!r}; choose evolve, llm or mix")
-    if config.schedule not in SCHEDULES:
-        raise UserError(f"unknown schedule {config.schedule!r}; choose {' or '.join(SCHEDULES)}")
-
-
 def proposer_for(config: RunConfig, environ: Mapping[str, str]) -> Proposer:
-    """The run's proposer; an LLM one reads its key from `environ`, never from the store, and is checked
-    (key, endpoint, templates) here, so a front end fails before it stores or runs anything."""
-    if config.proposer == "evolve":
-        return EvolveProposer()
+    """The run's proposer; one that reads a key reads it from `environ`, never from the store, and checks
+    what it needs (key, endpoint, templates) here, so a front end fails before it stores or runs anything."""
+    kind = proposer_kind(config.proposer)
     try:
-        settings = LLMConfig.from_json(config.llm)
-        llm = LLMProposer(settings, api_key(settings, environ))
+        return kind.create(config.proposer_settings, environ)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    llm.check()
-    return llm if config.proposer == "llm" else MixProposer(llm, EvolveProposer(), settings.share)
+
+
+def proposer_of(settings: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer:
+    """The proposer that settings by name choose (`proposer` and its own; the run settings ignored),
+    checked as a run's is: a front end that runs several searches (the CI job) fails before any."""
+    kind = proposer_kind(settings.get("proposer", BY_NAME["proposer"].default))
+    own = {s.name for s in kind.settings}
+    values = _configured(kind, _checked_all(kind, {k: v for k, v in settings.items() if k in own}))
+    try:
+        return kind.create(values, environ)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def open_service(url: str, create: bool = True, attempts: int = 5) -> RunService:
+    """The service on the store at `url`: the one way every front end opens a store (created unless
+    `create` is False: a reader never makes an empty database out of a mistyped URL). Processes that make
+    one new store at the same moment race to create its tables; the losers open it again."""
+    for attempt in range(attempts):
+        try:
+            return RunService(Store(open_engine(url, create=create)))
+        except StoreError:
+            if not create or attempt + 1 == attempts:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")

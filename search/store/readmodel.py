@@ -22,7 +22,9 @@ from search.errors import UserError
 from search.loop.holdout import TAIL, TAIL_RETUNED, Split
 from search.loop.selection import UNSEEN, WHOLE
 from search.stats import pareto
-from search.store.store import BASELINE, TUNE, Candidate, Evaluation, Event, Run, Store
+from search.stats.means import mean_metrics
+from search.store.store import TUNE, Store
+from search.store.tables import BASELINE, Candidate, Evaluation, Event, Run
 from targets.base import Objective, Target
 from verifiers.static import StaticError, check, render
 
@@ -43,6 +45,8 @@ class CandidateRef(_Record):
     candidate_id: int
     seq: int
     score: float
+    label: str
+    """How every front end names it: `#seq`, its number in the run."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class RunInfo(_Record):
     """One run as a list shows it: settings, state, progress, best against the best baseline, spend."""
 
     run_id: str
+    kind: str
+    """search | tune | ci | validate: which verb of the run service made the run."""
     target: str
     workload: str
     options: dict[str, Any]
@@ -107,6 +113,8 @@ class CandidateInfo(_Record):
 
     candidate_id: int
     seq: int
+    label: str
+    """How every front end names it: a baseline (or a tune trial) by its name, a candidate as `#seq`."""
     name: str
     status: str
     message: str
@@ -354,8 +362,10 @@ class ReadModel:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def runs(self) -> list[RunInfo]:
-        return [self._info(run) for run in self.store.runs()]
+    def runs(self, kind: str | None = None, subject: str | None = None) -> list[RunInfo]:
+        """Every run, oldest first; with `kind` (and `subject`), only those: "this champion's CI runs"
+        (kind ci, the champion's name) or "this study's run" (kind tune, the study's name)."""
+        return [self._info(run) for run in self.store.runs(kind, subject)]
 
     def run(self, run_id: str) -> RunInfo:
         return self._info(self._run(run_id))
@@ -371,6 +381,13 @@ class ReadModel:
                 verdict = Verdict(v.property, v.severity, v.verdict, v.seconds, cex, v.message)
                 verdicts.setdefault(v.candidate_id, []).append(verdict)
         return [_candidate(row, evaluations.get(row.id, []), verdicts.get(row.id, [])) for row in rows]  # type: ignore[arg-type]
+
+    def candidate_by_seq(self, run_id: str, seq: int) -> CandidateInfo:
+        """The candidate the front ends name `#seq` in the run."""
+        for info in self.candidates(run_id):
+            if info.seq == seq:
+                return info
+        raise UserError(f"no candidate #{seq} in run {run_id}")
 
     def candidate(self, run_id: str, candidate_id: int) -> CandidateInfo:
         for info in self.candidates(run_id):
@@ -518,7 +535,7 @@ class ReadModel:
                 continue
             row = rows.get(candidate_id) if candidate_id is not None else None
             kind = "builtin" if row is None else "candidate" if row.proposer == BASELINE else "found"
-            name = policy if row is None else row.name if kind == "candidate" else f"found #{row.id}"
+            name = policy if row is None else row.name if kind == "candidate" else f"found {label(row)}"
             head, tail, retuned = (mean_metrics(roles.get(r, [])) for r in ("eval", TAIL, TAIL_RETUNED))
             scores = [m.get(metric) for m in (head, tail, retuned)]
             out.append(HoldoutRow(name, kind, *scores, tail, retuned, kind == "builtin" and name in oracles))
@@ -530,10 +547,10 @@ class ReadModel:
     def study(self, run_id: str) -> StudyReport | None:
         """The run's Optuna study, trial by trial, with its Pareto front; None for a run not made by tune."""
         run = self._run(run_id)
-        named = [json.loads(e.message) for e in self.store.events(run.id) if e.kind == TUNE]
-        if not named:
+        tune = json.loads(run.config).get("tune")
+        if run.kind != "tune" or not tune:
             return None
-        objectives = {g["metric"]: g["direction"] for g in named[0]["objectives"]}
+        objectives = {g["metric"]: g["direction"] for g in tune["objectives"]}
         scored: dict[int | None, dict[str, list[dict[str, float]]]] = {}
         settings: dict[int | None, dict[str, float]] = {}
         for e in self.store.evaluations(run.id):
@@ -556,17 +573,14 @@ class ReadModel:
         base = next((r for r in rows if r.proposer == BASELINE), None)
         configured, values = (means(base, "eval"), settings.get(base.id, {})) if base else ({}, {})
         failed = len(trials) - len(valued)
-        return StudyReport(
-            named[0]["study"], named[0]["policy"], objectives, points, values, configured, failed
-        )
+        return StudyReport(tune["study"], tune["policy"], objectives, points, values, configured, failed)
 
     def _objective(self, run: Run) -> Objective:
         """What the run's scores measure: the target's objective, or a tune study's first objective."""
-        if json.loads(run.config).get("proposer") == TUNE:
-            for event in self.store.events(run.id):
-                if event.kind == TUNE:
-                    first = json.loads(event.message)["objectives"][0]
-                    return Objective(first["metric"], first["direction"])
+        tune = json.loads(run.config).get("tune")
+        if run.kind == "tune" and tune:
+            first = tune["objectives"][0]
+            return Objective(first["metric"], first["direction"])
         return _target(run).objective
 
     def best_file(self, run_id: str) -> str:
@@ -606,7 +620,7 @@ class ReadModel:
         best = None
         if scored:
             top = max(scored, key=lambda r: r.score if objective.direction == "maximize" else -r.score)  # type: ignore[operator]
-            best = CandidateRef(top.id, top.seq, top.score)  # type: ignore[arg-type]
+            best = CandidateRef(top.id, top.seq, top.score, label(top))  # type: ignore[arg-type]
         baselines = [b for b in self.baselines(run.id) if b.score is not None]
         best_baseline = _best_of([b for b in baselines if not b.oracle], objective)
         oracle = _best_of([b for b in baselines if b.oracle], objective)
@@ -614,6 +628,7 @@ class ReadModel:
         tokens, cost = self.store.spend(run.id)
         return RunInfo(
             run_id=run.id,
+            kind=run.kind,
             target=run.target,
             workload=config.get("workload", ""),
             options=dict(config.get("options", config.get("target_config", {}))),
@@ -634,6 +649,11 @@ class ReadModel:
             tokens=tokens,
             cost_usd=cost,
         )
+
+
+def label(row: Candidate) -> str:
+    """How every front end names a candidate: a baseline (or a trial) by its name, any other as `#seq`."""
+    return row.name or f"#{row.seq}"
 
 
 def run_status(run: Run) -> str:
@@ -661,14 +681,6 @@ def failure_class(row: Candidate) -> str:
         rule = re.search(r"\[([\w-]+)\]", row.message)
         return f"rejected: {rule.group(1)}" if rule else "rejected"
     return row.status
-
-
-def mean_metrics(metrics: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Each metric present in every mapping, averaged."""
-    if not metrics:
-        return {}
-    keys = set.intersection(*(set(m) for m in metrics))
-    return {k: sum(m[k] for m in metrics) / len(metrics) for k in sorted(keys)}
 
 
 def _target(run: Run) -> Target:
@@ -705,6 +717,7 @@ def _candidate(row: Candidate, evaluations: list[Evaluation], verdicts: list[Ver
     return CandidateInfo(
         candidate_id=row.id,  # type: ignore[arg-type]
         seq=row.seq,
+        label=label(row),
         name=row.name,
         status=row.status,
         message=row.message,

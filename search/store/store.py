@@ -1,7 +1,7 @@
-"""The run store: SQLModel tables for runs, candidates, evaluations and events, in SQLite or PostgreSQL.
+"""The run store: typed reads and writes of the tables (search/store/tables.py) in SQLite or PostgreSQL.
 
 Every step of a search is written here before the next one starts, so a killed run resumes from the
-store without repeating or losing a candidate.
+store without repeating or losing a candidate. Only the run service writes through it.
 """
 
 from __future__ import annotations
@@ -10,127 +10,25 @@ import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, UniqueConstraint, event, func
+from sqlalchemy import Engine, event, func
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Session, create_engine, select
 
+from search.errors import UserError
+from search.settings import DEFAULT_STORE as DEFAULT_URL
+from search.settings import redacted
 from search.store.migrate import upgrade
+from search.store.tables import BASELINE, Candidate, Evaluation, Event, Run, Verification, now
 
-DEFAULT_URL = "sqlite:///crucible.db"
-BASELINE = "baseline"
-"""The proposer name of a baseline's candidate row: baselines seed the islands and anchor the report."""
 TUNE = "tune"
-"""The proposer of a `crucible tune` run's trial rows, and the kind of the event that names its study."""
+"""The proposer of a `crucible tune` run's trial rows."""
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError):
     """The store cannot be opened or written; the message is one line for the user."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-class Run(SQLModel, table=True):
-    id: str = Field(primary_key=True)
-    target: str
-    status: str = "running"
-    """running | finished | stopped (a budget or an interrupt ended it; resumable) | failed"""
-    config: str
-    """The run's full configuration as JSON: enough to reproduce or resume it."""
-    created_at: datetime = Field(default_factory=_now)
-    updated_at: datetime = Field(default_factory=_now)
-    message: str = ""
-    pid: int | None = None
-    """The process that last started running it, so a reader can tell a killed run from a live one."""
-    host: str = ""
-    """The machine that process runs on (a pid means nothing elsewhere)."""
-
-
-class Candidate(SQLModel, table=True):
-    __table_args__ = (
-        UniqueConstraint("run_id", "seq"),
-        UniqueConstraint("run_id", "fingerprint"),
-    )
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="run.id", index=True)
-    seq: int
-    """Order of the candidate in its run; baselines come first."""
-    name: str = ""
-    source: str
-    fingerprint: str
-    behaviour: str = ""
-    """How it ranks the target's behaviour sample, hashed (sandbox/worker.py); empty where not measured."""
-    parent_id: int | None = None
-    inspirations: str = "[]"
-    """The ids of the candidates the proposer was shown beside the parent, as a JSON list."""
-    island: int = 0
-    proposer: str
-    model: str = ""
-    note: str = ""
-    tokens: int = 0
-    cost_usd: float = 0.0
-    status: str = "pending"
-    """pending | evaluated | gated | duplicate (behaves as an earlier one; not tuned) | rejected | invalid |
-    timeout | oom | denied | crashed"""
-    message: str = ""
-    params: str = "{}"
-    trials: str = "[]"
-    """The Optuna study that tuned its PARAMS, one {number, params, value, state} per trial, as JSON."""
-    train_score: float | None = None
-    score: float | None = None
-    created_at: datetime = Field(default_factory=_now)
-    finished_at: datetime | None = None
-
-
-class Evaluation(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="run.id", index=True)
-    candidate_id: int | None = Field(default=None, foreign_key="candidate.id", index=True)
-    policy: str = ""
-    """The baseline's name for a built-in baseline (no candidate row)."""
-    instance: str
-    role: str
-    params: str = "{}"
-    metrics: str = "{}"
-    seconds: float = 0.0
-    backend: str = ""
-    created_at: datetime = Field(default_factory=_now)
-
-
-class Verification(SQLModel, table=True):
-    """One property's verdict on one candidate, with the time it took and the counterexample."""
-
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="run.id", index=True)
-    candidate_id: int | None = Field(default=None, foreign_key="candidate.id", index=True)
-    property: str
-    severity: str
-    """hard (a counterexample rejects the candidate) | soft (reported only)"""
-    verdict: str
-    """proved | counterexample | unknown"""
-    seconds: float
-    counterexample: str = ""
-    """The inputs (and outputs) that show the violation, as JSON; empty unless refuted."""
-    message: str = ""
-    created_at: datetime = Field(default_factory=_now)
-
-
-class Event(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
-    run_id: str = Field(foreign_key="run.id", index=True)
-    kind: str
-    message: str
-    proposer: str = ""
-    model: str = ""
-    tokens: int = 0
-    cost_usd: float = 0.0
-    """What a failed proposal consumed (an LLM reply that did not parse still costs), so totals add up."""
-    at: datetime = Field(default_factory=_now)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -152,16 +50,17 @@ def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
         if not create and not path.is_file():
             raise StoreError(f"no database at {path}")
         if not path.parent.is_dir():
-            raise StoreError(f"cannot open database {url}: folder {path.parent} does not exist")
+            raise StoreError(f"cannot open database {redacted(url)}: folder {path.parent} does not exist")
     try:
         engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         upgrade(engine)
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open database {url}: {_reason(exc)}") from None
+        raise StoreError(f"cannot open database {redacted(url)}: {_reason(exc)}") from None
     except ModuleNotFoundError as exc:
-        raise StoreError(f"cannot open database {url}: driver {exc.name} is not installed") from None
+        message = f"cannot open database {redacted(url)}: driver {exc.name} is not installed"
+        raise StoreError(message) from None
     return engine
 
 
@@ -184,8 +83,9 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {_reason(exc)}") from None
 
-    def create_run(self, target: str, config: dict[str, Any]) -> Run:
-        run = Run(id=uuid.uuid4().hex[:10], target=target, config=json.dumps(config, sort_keys=True))
+    def create_run(self, target: str, config: dict[str, Any], kind: str = "search", subject: str = "") -> Run:
+        text = json.dumps(config, sort_keys=True)
+        run = Run(id=uuid.uuid4().hex[:10], target=target, config=text, kind=kind, subject=subject)
         return self._add(run)
 
     def _add(self, row: Any) -> Any:
@@ -203,16 +103,22 @@ class Store:
                 found = matches[0] if len(matches) == 1 else None
             return found
 
-    def runs(self) -> Sequence[Run]:
+    def runs(self, kind: str | None = None, subject: str | None = None) -> Sequence[Run]:
+        """Every run, oldest first; only those of a kind (and subject) when given."""
         with self._session() as session:
-            return session.exec(select(Run).order_by(Run.created_at)).all()  # type: ignore[arg-type]
+            query = select(Run)
+            if kind is not None:
+                query = query.where(Run.kind == kind)
+            if subject is not None:
+                query = query.where(Run.subject == subject)
+            return session.exec(query.order_by(Run.created_at)).all()  # type: ignore[arg-type]
 
     def set_run_status(self, run_id: str, status: str, message: str = "") -> None:
         with self._session() as session:
             run = session.get(Run, run_id)
             if run is None:
                 raise StoreError(f"no run {run_id}")
-            run.status, run.message, run.updated_at = status, message, _now()
+            run.status, run.message, run.updated_at = status, message, now()
             session.add(run)
             session.commit()
 
@@ -222,7 +128,7 @@ class Store:
             run = session.get(Run, run_id)
             if run is None:
                 raise StoreError(f"no run {run_id}")
-            run.status, run.message, run.pid, run.host, run.updated_at = "running", "", pid, host, _now()
+            run.status, run.message, run.pid, run.host, run.updated_at = "running", "", pid, host, now()
             session.add(run)
             session.commit()
 
@@ -241,7 +147,7 @@ class Store:
     def finish_candidate(self, candidate: Candidate, evaluations: Sequence[Evaluation]) -> None:
         """Record a candidate's outcome and its evaluations in one transaction."""
         with self._session() as session:
-            candidate.finished_at = _now()
+            candidate.finished_at = now()
             session.add(candidate)
             for evaluation in evaluations:
                 session.add(evaluation)
@@ -316,7 +222,7 @@ class Store:
             run = session.get(Run, run_id)
             if run is None:
                 raise StoreError(f"no run {run_id}")
-            run.config, run.updated_at = json.dumps(config, sort_keys=True), _now()
+            run.config, run.updated_at = json.dumps(config, sort_keys=True), now()
             session.add(run)
             session.commit()
 

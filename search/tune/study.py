@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import socket
 import time
@@ -25,9 +24,10 @@ from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Result
 from search.errors import UserError
 from search.loop.fingerprint import fingerprint
-from search.loop.search import RunConfig
+from search.service import records
 from search.service.runs import RunService, instances
-from search.store.store import BASELINE, TUNE, Candidate, Evaluation, StoreError
+from search.settings import RunConfig
+from search.stats.means import mean_metrics
 from targets.base import Option, Target
 from verifiers.program import Program
 from verifiers.static import render
@@ -216,7 +216,7 @@ class Study:
             self.optuna.tell(trial, state=optuna.trial.TrialState.PRUNED)
             return result.status
         trial.set_user_attr("instances", [asdict(i) for i in result.instances])
-        train = _mean([i.metrics for i in result.instances])
+        train = mean_metrics([i.metrics for i in result.instances])
         missing = [g.metric for g in self.spec.goals if g.metric not in train]
         if missing:
             self.optuna.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -301,126 +301,56 @@ def tune(
 
 
 def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapping[str, Any]]) -> str:
-    """The study as a run of the store: the configured policy as its baseline, one candidate per trial,
-    the front scored on eval. Several processes may record the same study: rows already there are kept."""
-    spec, service = study.spec, study.service
-    run_id = _run_for(study)
-    rows = {row.seq: row for row in service.store.candidates(run_id)}
-    primary = spec.goals[0].metric
-    if -1 not in rows:
-        row = _add(service, Candidate(
-            run_id=run_id, seq=-1, name=f"{spec.policy} (as configured)", source=spec.source,
-            fingerprint=fingerprint(spec.source), proposer=BASELINE, status="evaluated",
-        ))  # fmt: skip
-        if row is not None:
-            evals = configured["instances"]
-            row.score = _mean([i["metrics"] for i in evals]).get(primary)
-            service.store.finish_candidate(
-                row, _evaluations(run_id, row.id, evals, study.configured_values(), configured["backend"])
-            )
+    """The study handed to the run service as plain data, which stores it as a run of kind tune."""
+    trials = []
     for trial in study.done():
-        row = rows.get(trial.number)
-        scored = front.get(trial.number)
-        if row is None:
-            source = render(
-                study.program, {k: v for k, v in trial.params.items() if k in study.program.param_names()}
+        params = {k: v for k, v in trial.params.items() if k in study.program.param_names()}
+        source = render(study.program, params)
+        trials.append(
+            records.Trial(
+                number=trial.number,
+                source=source,
+                mark=_trial_mark(source, trial),
+                params=dict(trial.params),
+                complete=trial.state == optuna.trial.TrialState.COMPLETE,
+                message=str(trial.user_attrs.get("message", "")),
+                note=_note(study, trial),
+                train=list(trial.user_attrs.get("instances", [])),
+                train_score=trial.values[0] if trial.values else None,
+                scored=dict(front[trial.number]) if trial.number in front else None,
             )
-            row = _add(service, Candidate(
-                run_id=run_id, seq=trial.number, name=f"trial {trial.number}", source=source,
-                fingerprint=_trial_mark(source, trial), proposer=TUNE,
-                note=_note(study, trial), params=json.dumps(trial.params, sort_keys=True),
-            ))  # fmt: skip
-            if row is None:
-                continue
-            row.status = "gated" if trial.state == optuna.trial.TrialState.COMPLETE else "invalid"
-            row.message = str(trial.user_attrs.get("message", ""))
-            row.train_score = trial.values[0] if trial.values else None
-            train = trial.user_attrs.get("instances", [])
-            service.store.finish_candidate(row, _evaluations(run_id, row.id, train, trial.params, ""))
-        if scored is not None and row.score is None:
-            row.status = "evaluated"
-            row.score = _mean([i["metrics"] for i in scored["instances"]]).get(primary)
-            evals = _evaluations(run_id, row.id, scored["instances"], trial.params, scored["backend"])
-            service.store.finish_candidate(row, evals)
-    done = len(study.done())
-    # never "stopped": the run service cannot resume a study, rerunning `crucible tune` continues it
-    message = (
-        "" if done >= spec.trials else f"{done} of {spec.trials} trials; rerun crucible tune to continue"
-    )
-    service.store.set_run_status(run_id, "finished", message)
-    return run_id
-
-
-def _run_for(study: Study) -> str:
-    """The store's run of this study, made on first use; the study is named in the run's "tune" event (the
-    run's config stays a plain RunConfig, which a resume refuses in one line for its proposer)."""
-    name, storage = study.spec.study_name(), study.spec.storage
-    read = study.service.read
-    for info in read.runs():
-        if info.config.get("proposer") != TUNE:
-            continue
-        for event in read.events(info.run_id):
-            tuned = json.loads(event.message) if event.kind == TUNE else {}
-            if tuned.get("study") == name and tuned.get("storage") == storage:
-                return info.run_id
+        )
+    spec = study.spec
     config = RunConfig(
-        target=study.spec.target,
-        workload=study.spec.workload,
-        options=study.spec.options,
-        budget=study.spec.trials,
-        seed=study.spec.seed,
+        target=spec.target,
+        workload=spec.workload,
+        options=spec.options,
+        budget=spec.trials,
+        seed=spec.seed,
         trials=1,
         workers=1,
-        proposer=TUNE,
     )
-    tuned = {
-        "study": name,
-        "storage": storage,
-        "policy": study.spec.policy,
-        "objectives": [asdict(g) for g in study.spec.goals],
-        "knobs": [k.name for k in study.knobs],
-    }
-    run = study.service.store.create_run(study.spec.target, config.to_json())
-    study.service.store.log(run.id, TUNE, json.dumps(tuned, sort_keys=True))
-    return run.id
+    return study.service.record_study(
+        records.Study(
+            name=spec.study_name(),
+            storage=spec.storage,
+            target=spec.target,
+            policy=spec.policy,
+            source=spec.source,
+            config=config.to_json(),
+            objectives=[asdict(g) for g in spec.goals],
+            knobs=[k.name for k in study.knobs],
+            requested=spec.trials,
+            configured=dict(configured),
+            configured_values=study.configured_values(),
+            trials=trials,
+        )
+    )
 
 
 def _trial_mark(source: str, trial: optuna.trial.FrozenTrial) -> str:
     """A trial row's fingerprint: its number too, since two processes' samplers may draw the same point."""
     return f"{fingerprint(source)}:trial-{trial.number}"
-
-
-def _add(service: RunService, row: Candidate) -> Candidate | None:
-    """Add a row; None when another process of the same study added its seq first (any other failure is
-    the store's, and raised: a trial must not go unrecorded silently)."""
-    try:
-        return service.store.add_candidate(row)
-    except StoreError:
-        if any(c.seq == row.seq for c in service.store.candidates(row.run_id)):
-            return None
-        raise
-
-
-def _evaluations(
-    run_id: str,
-    candidate_id: int | None,
-    results: Sequence[Mapping[str, Any]],
-    params: Mapping[str, Any],
-    backend: str,
-) -> list[Evaluation]:
-    return [
-        Evaluation(
-            run_id=run_id,
-            candidate_id=candidate_id,
-            instance=r["label"],
-            role=r["role"],
-            params=json.dumps(dict(params), sort_keys=True),
-            metrics=json.dumps(r["metrics"], sort_keys=True),
-            seconds=float(r["seconds"]),
-            backend=backend,
-        )
-        for r in results
-    ]
 
 
 def _note(study: Study, trial: optuna.trial.FrozenTrial) -> str:
@@ -493,19 +423,12 @@ def _typed(target: Target, values: Mapping[str, float]) -> dict[str, Any]:
     }
 
 
-def _mean(metrics: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    if not metrics:
-        return {}
-    keys = set.intersection(*(set(m) for m in metrics))
-    return {k: math.fsum(m[k] for m in metrics) / len(metrics) for k in sorted(keys)}
-
-
 def _train(trial: optuna.trial.FrozenTrial, goals: Sequence[Goal]) -> dict[str, float]:
     return {g.metric: v for g, v in zip(goals, trial.values or (), strict=False)}
 
 
 def _eval_means(scored: Mapping[str, Any], goals: Sequence[Goal]) -> dict[str, float]:
-    means = _mean([i["metrics"] for i in scored["instances"]])
+    means = mean_metrics([i["metrics"] for i in scored["instances"]])
     return {g.metric: means[g.metric] for g in goals if g.metric in means}
 
 

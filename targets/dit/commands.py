@@ -117,6 +117,13 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
     cluster.check_gpus(count)
     gpus = tuple(range(count))
     costs = ranked(request, gpus, gpu_pricing(cluster))
+    if not costs:
+        m = request.model
+        raise OptionError(
+            f"no valid plan of {m.name} on {count} GPUs: the degrees must multiply to {count}, Ulysses and "
+            f"tensor degrees divide its {m.heads} heads, each patch's {request.sequence} tokens split evenly "
+            "and the memory fit; try a GPU count such as 1, 2, 4 or 8"
+        )
     rows = [_row(i + 1, c, cluster.span(gpus)) for i, c in enumerate(costs)]
     explain = bool(values.get("explain"))
     if explain:
@@ -128,7 +135,6 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
         + (f"x{request.frames}f" if m.video else "")
         + f", {request.steps} steps, {request.sequence} tokens, on {count} of {cluster.name}"
         + (f"; {outside:.1f} s outside the transformer in every plan" if outside else "")
-        + ("" if rows else ": no valid plan (memory or divisibility)")
     )
     columns = ("rank", "plan", "gpus", "links", "step_s", "total_s", "comm_share", "memory_gib")
     if explain:

@@ -65,7 +65,7 @@ SHIPPED_CAPACITY = 2000
 
 
 OPTIONS = (
-    Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1),
+    Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1, flag=True),
     Option(
         "block_tokens",
         "int",

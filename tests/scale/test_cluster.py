@@ -20,7 +20,7 @@ from in_worker import InWorker
 from sandbox.process import ProcessSandbox
 from search.cli.main import main
 from search.executors.cluster import RESOURCE, HostSandbox, _sandbox_here, connect
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.store import Store, open_engine
 

@@ -16,7 +16,7 @@ from sqlmodel import SQLModel
 
 from sandbox.job import Job, Result
 from search.cli.main import main
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.migrate import VERSION_TABLE, head, revision
 from search.store.store import Store, open_engine

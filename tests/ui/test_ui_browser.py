@@ -221,9 +221,9 @@ def test_every_page_opens_and_clicks_through(seeded: Seeded, server: Server, pag
 def test_a_search_launched_from_the_ui_shows_progress_and_stops_resumably(server: Server, page: Any) -> None:
     before = {r.run_id for r in server.read.runs()}
     open_page(page, server, "/launch", "Launch a search", FORM)
-    page.get_by_label("Budget (candidates)").fill("40")
-    page.get_by_label("Optuna trials per candidate").fill("2")
-    page.locator('[data-testid="stSelectbox"]').filter(has_text="Sandbox").click()
+    page.get_by_label("budget", exact=True).fill("40")
+    page.get_by_label("trials", exact=True).fill("2")
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="sandbox").click()
     page.get_by_role("option", name="process", exact=True).click()
     page.get_by_role("button", name="Launch").click()
     page.wait_for_url("**/run?run=*", timeout=120_000)

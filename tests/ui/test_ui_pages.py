@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from sandbox.process import ProcessSandbox
 from search.errors import UserError
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService
 from search.store.store import Store, open_engine
 
@@ -255,23 +255,32 @@ def test_compare_a_candidate_with_a_baseline_and_another_candidate(seeded: Seede
     assert at.dataframe[0].value.shape[0] >= 1
 
 
-def test_launch_form_is_generated_from_the_targets_options(seeded: Seeded, open_page) -> None:
+def test_launch_form_is_generated_from_options_settings_and_proposers(seeded: Seeded, open_page) -> None:
+    from search import proposers
     from search.service.runs import load_target
+    from search.settings import SETTINGS
 
     at = open_page(seeded.url, "views/launch.py")
+    at.selectbox(key="launch-target").set_value("kv").run()
     labels = {w.label for w in [*at.number_input, *at.text_input, *at.selectbox, *at.checkbox]}
     for option in load_target("kv").options:
         assert f"{option.name} ({option.type})" in labels
-    assert at.radio(key="select").options == ["default", "window", "unseen"]
-    assert at.radio(key="select").value is None, "the split's default: unseen with a held-out share"
-    assert at.number_input(key="holdout").value is None, "no holdout unless asked"
+    assert {s.name for s in SETTINGS} - {"proposer"} <= labels, "every run setting, at its one default"
+    assert at.number_input(key="setting-budget").value == 300
+    assert at.selectbox(key="setting-select").options == ["default", "window", "unseen"]
+    assert at.selectbox(key="setting-select").value is None, "the split's default: unseen with a holdout"
+    assert at.number_input(key="setting-holdout").value is None, "no holdout unless asked"
+    assert at.selectbox(key="proposer").options == list(proposers.names())
+    at.selectbox(key="proposer").set_value("llm").run()
+    shown = {w.label for w in [*at.text_input, *at.number_input]}
+    assert {s.name for s in proposers.load("llm").settings} <= shown
 
 
 def test_launch_checks_the_holdout_and_where_to_rank_before_starting(tmp_path, open_page) -> None:
     url = f"sqlite:///{tmp_path / 'launch.db'}"
     at = open_page(url, "views/launch.py")
     at.selectbox(key="launch-target").set_value("dit").run()
-    at.radio(key="select").set_value("unseen")
+    at.selectbox(key="setting-select").set_value("unseen")
     at.button[0].click().run(timeout=90)
     assert len(at.error) == 1 and "has no request window to rank on" in at.error[0].value
     assert not Store(open_engine(url)).runs(), "nothing stored"
@@ -281,10 +290,10 @@ def test_launch_with_an_unreachable_endpoint_is_one_line(tmp_path, open_page, mo
     monkeypatch.setenv("CRUCIBLE_TEST_KEY", "sk-test")
     url = f"sqlite:///{tmp_path / 'launch.db'}"
     at = open_page(url, "views/launch.py")
-    at.radio(key="proposer").set_value("llm")
-    at.text_input(key="models").set_value("some-model")
-    at.text_input(key="base-url").set_value("http://127.0.0.1:9/v1")
-    at.text_input(key="key-env").set_value("CRUCIBLE_TEST_KEY")
+    at.selectbox(key="proposer").set_value("llm").run()
+    at.text_input(key="setting-models").set_value("some-model")
+    at.text_input(key="setting-base_url").set_value("http://127.0.0.1:9/v1")
+    at.text_input(key="setting-api_key_env").set_value("CRUCIBLE_TEST_KEY")
     at.button[0].click().run(timeout=90)
     assert len(at.error) == 1
     assert at.error[0].value.startswith("The search did not start: ")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from search.proposers.evolve import _unsafe
+from search.proposers.evolve.proposer import _unsafe
 from targets.base import Feature, FeatureRegistry
 from verifiers.intervals import (
     DOMAINS,

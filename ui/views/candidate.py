@@ -9,8 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from search.errors import UserError
+from search.service import CandidateInfo, RunInfo
 from search.stats.importance import NoImportance
-from search.store.readmodel import CandidateInfo, RunInfo
 from ui import charts, data, frames, nav, states
 
 url = data.db_url()

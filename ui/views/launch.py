@@ -1,21 +1,24 @@
-"""Launch: start a search as a background process that survives the page; it appears in Runs.
+"""Launch: create a search through the run service and execute it in a process that survives the page.
 
-The target's options form is generated from its declared Options (name, type, default, bounds, choices,
-doc), as the CLI's `--set` flags are, so a new option never touches this page.
+Every field is generated from a declaration, so a new option, setting or proposer never touches this
+page: the target's Options (as the CLI's `--set` flags are), the run's settings (search/settings.py) and
+the chosen proposer's own settings. The run is created here, with its id known; a detached process then
+executes it, as Resume does.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import streamlit as st
 
+from search import proposers
 from search.errors import UserError
-from search.loop.selection import CHOICES as SELECT_CHOICES
-from search.service.runs import load_target, prepare, target_names
-from ui import data, launcher, nav
-
-SANDBOXES = ("auto", "process", "docker")  # `crucible search --sandbox`: auto prefers Docker where it runs
+from search.proposers.base import ProposerUnavailable
+from search.service import load_target, open_service, prepare, proposer_for, target_names
+from search.settings import SETTINGS, Setting, SettingError
+from ui import controls, data, launcher, nav
 
 url = data.db_url()
 st.title("Launch a search")
@@ -24,6 +27,8 @@ st.caption(f"Into the store `{url}`. The search runs in its own process: closing
 target_name = st.selectbox("Target", target_names(), key="launch-target")
 target = load_target(target_name)
 st.caption(target.description)
+kind = proposers.load(st.selectbox("Proposer", proposers.names(), key="proposer"))
+st.caption(kind.doc)
 
 
 def option_field(option: Any) -> Any:
@@ -53,16 +58,39 @@ def option_field(option: Any) -> Any:
     return text.strip() or None
 
 
-def llm_settings(
-    models: str, base_url: str, key_env: str, prices: str, max_cost: float | None
-) -> dict[str, Any]:
-    return {
-        "models": tuple(m.strip() for m in models.split(",") if m.strip()),
-        "base_url": base_url.strip() or None,
-        "api_key_env": key_env.strip() or None,
-        "prices": tuple(prices.split()),
-        "max_cost_usd": max_cost,
-    }
+def setting_field(setting: Setting, column: Any) -> Any:
+    """One form field per run or proposer setting, at its one default; None (left empty) keeps that default
+    or leaves it unset. Texts are parsed as the CLI parses the flag."""
+    key, label = f"setting-{setting.name}", setting.name
+    if setting.type == "bool":
+        return column.checkbox(label, value=bool(setting.default), help=setting.doc, key=key)
+    if setting.allowed():
+        choices = [None, *setting.allowed()] if setting.default is None else list(setting.allowed())
+        index = choices.index(setting.default)
+        return column.selectbox(label, choices, index=index, format_func=_shown, help=setting.doc, key=key)
+    if setting.type in ("int", "float"):
+        whole = setting.type == "int"
+        return column.number_input(
+            label,
+            value=setting.default,
+            step=1 if whole else None,
+            format=None if whole else "%g",
+            help=setting.doc,
+            key=key,
+        )
+    default = " ".join(setting.default) if setting.type == "list" else setting.default or ""
+    hint = " Several: separate them by spaces." if setting.type == "list" else ""
+    text = column.text_input(label, value=default, help=setting.doc + hint, key=key)
+    return setting.parse(text) if text.strip() else None
+
+
+def _shown(choice: Any) -> str:
+    return "default" if choice is None else str(choice)
+
+
+def fields(settings: tuple[Setting, ...]) -> dict[str, Any]:
+    columns = st.columns(3)
+    return {s.name: setting_field(s, columns[i % 3]) for i, s in enumerate(settings)}
 
 
 with st.form("launch"):
@@ -72,45 +100,14 @@ with st.form("launch"):
     upload = st.file_uploader("Upload a trace", key="workload-upload")
     st.subheader("Options")
     values = {option.name: option_field(option) for option in target.options}
-    st.subheader("Search")
-    cols = st.columns(4)
-    budget = cols[0].number_input("Budget (candidates)", min_value=1, value=20, step=1, key="budget")
-    trials = cols[1].number_input("Optuna trials per candidate", min_value=1, value=32, step=1, key="trials")
-    workers = cols[2].number_input("Workers", min_value=1, value=2, step=1, key="workers")
-    seed = cols[3].number_input("Seed", min_value=0, value=0, step=1, key="seed")
-    sandbox = st.selectbox("Sandbox", SANDBOXES, key="sandbox")
-    cols = st.columns(2)
-    holdout = cols[0].number_input(
-        "Hold out this share of the requests, the last in time; empty: none",
-        min_value=0.01,
-        max_value=0.99,
-        value=None,
-        help="Tune and select on the head; the best and the baselines are then judged on the tail.",
-        key="holdout",
-    )
-    select = cols[1].radio(
-        "Rank candidates on",
-        (None, *SELECT_CHOICES),
-        format_func=lambda choice: choice or "default",
-        horizontal=True,
-        help="the whole window, or what tuning never saw: the part after the train share (warm where it "
-        "can); default: unseen with a held-out share, else the window",
-        key="select",
-    )
-    st.subheader("Proposer")
-    proposer = st.radio("Proposer", ["evolve", "llm", "mix"], horizontal=True, key="proposer")
-    models = st.text_input("Models (llm, mix): NAME[:WEIGHT], comma-separated", key="models")
-    base_url = st.text_input("Endpoint (OpenAI-compatible base URL; empty: OpenAI)", key="base-url")
-    key_env = st.text_input("Variable holding the API key", value="OPENAI_API_KEY", key="key-env")
-    prices = st.text_input(
-        "Prices: MODEL=PROMPT,COMPLETION in USD per million tokens; space-separated", key="prices"
-    )
-    max_cost = st.number_input(
-        "Stop (resumably) at this proposal cost, USD; empty: no cap",
-        min_value=0.0,
-        value=None,
-        key="max-cost",
-    )
+    st.subheader("Run")
+    try:
+        run_settings = fields(tuple(s for s in SETTINGS if s.name != "proposer"))
+        st.subheader(f"Proposer: {kind.name}")
+        proposer_settings = fields(kind.settings) if kind.settings else {}
+    except SettingError as exc:
+        run_settings, proposer_settings = {}, {}
+        st.error(str(exc))
     submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
 
 if submitted:
@@ -126,44 +123,19 @@ if submitted:
             st.stop()
         workload = str(launcher.keep_upload(url, upload.name, upload.getvalue()))
     chosen = {name: value for name, value in values.items() if value is not None}
-    settings = launcher.SearchSettings(
-        target=target_name,
-        workload=workload,
-        options=chosen,
-        budget=int(budget),
-        proposer=proposer,
-        sandbox=sandbox,
-        seed=int(seed),
-        trials=int(trials),
-        workers=int(workers),
-        holdout=holdout,
-        select=select,
-        **(llm_settings(models, base_url, key_env, prices, max_cost) if proposer != "evolve" else {}),
-    )
-    try:  # the options, workload and settings checked here first: a mistake is one line, nothing started
-        prepare(
-            target_name,
-            workload,
-            chosen,
-            budget=settings.budget,
-            seed=settings.seed,
-            trials=settings.trials,
-            workers=settings.workers,
-            proposer=proposer,
-            holdout=holdout,
-            select=select,
-        )
-    except UserError as exc:
-        st.error(str(exc))
-        st.stop()
-    known = data.run_ids_now(url)
-    started = launcher.start(launcher.search_argv(url, settings), url)
+    settings = {**run_settings, **proposer_settings, "proposer": kind.name}
     with st.spinner("starting the search..."):
-        try:
-            run_id = launcher.wait_for_run(started, known, lambda: data.run_ids_now(url))
-        except RuntimeError as exc:
-            st.error(f"The search did not start: {exc}")
-            st.caption(f"Its output: `{started.log}`")
+        try:  # everything checked first: a mistake is one line and nothing is stored
+            config = prepare(target_name, workload, chosen, **settings)
+            proposer_for(config, os.environ)
+            info = open_service(url).record(config)
+        except (UserError, ProposerUnavailable) as exc:
+            st.error(f"The search did not start: {' '.join(str(exc).split())}")
             st.stop()
+        failure = controls.execute(url, info.run_id)
+    if failure:
+        st.error(f"The search did not start: {failure}")
+        st.caption(f"Run {info.run_id} is stored; resume it from its page once the cause is fixed.")
+        st.stop()
     st.cache_data.clear()
-    st.switch_page(nav.RUN, query_params={"run": run_id})
+    st.switch_page(nav.RUN, query_params={"run": info.run_id})

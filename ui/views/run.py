@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from search.loop.selection import UNSEEN
-from search.store.readmodel import CandidateInfo, HoldoutReport, RunInfo, StudyReport
+from search.service import CandidateInfo, HoldoutReport, RunInfo, StudyReport
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()
@@ -64,7 +64,7 @@ def header(run: RunInfo) -> None:
     if run.best:
         st.page_link(
             nav.CANDIDATE,
-            label=f"Open the best candidate (#{run.best.seq}, id {run.best.candidate_id})",
+            label=f"Open the best candidate ({run.best.label})",
             icon=":material/star:",
             query_params={"run": run.run_id, "candidate": str(run.best.candidate_id)},
         )

@@ -100,10 +100,11 @@ def test_a_target_without_a_workload_uses_its_shipped_one(tmp_path: Path) -> Non
             "champions[0].baseline",
             "not a baseline",
         ),
-        ('backend = "process"', 'backend = "vm"', "sandbox.backend", "not one of"),
+        ('backend = "process"', 'backend = "vm"', "sandbox.backend", "must be one of auto, docker, process"),
         ("budget = 1", "budget = 0", "search.budget", "at least 1"),
-        ("budget = 1", 'budget = "ten"', "search.budget", "expected whole number"),
-        ("[search]", "[search.llm]\nmodels = []\n[search]", "search.llm", "applies to proposer llm or mix"),
+        ("budget = 1", 'budget = "ten"', "search.budget", "expects a whole number"),
+        ("budget = 1", 'budget = 1\nmodels = ["m"]', "search.models", "applies to proposer llm or mix"),
+        ("budget = 1", "budget = 1\n[search.llm]\nmodels = []", "search.llm", "unknown key"),
         ("[[champions]]", "[[champion]]", "champion", "unknown key"),
     ],
 )
@@ -133,7 +134,7 @@ def test_an_llm_proposer_without_its_key_fails_before_anything_is_stored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CRUCIBLE_TEST_NO_KEY", raising=False)
-    llm = '[search]\nproposer = "llm"\n\n[search.llm]\nmodels = ["m"]\napi_key_env = "CRUCIBLE_TEST_NO_KEY"\n'
+    llm = '[search]\nproposer = "llm"\nmodels = ["m"]\napi_key_env = "CRUCIBLE_TEST_NO_KEY"\n'
     path = repo(tmp_path, GOOD.replace("[search]\nbudget = 1\n", llm))
     with pytest.raises(SystemExit) as exit_info:
         main(["ci", "--config", str(path), "--output", str(tmp_path / "out")])

@@ -100,7 +100,8 @@ def test_a_killed_search_resumes_without_repeating_or_losing_a_candidate(tmp_pat
     assert 4 <= _proposed(killed) < 10, "the kill must land mid-run"
     (run_id,) = stored(killed, "select id from run")[0]
     listed = crucible("runs", "list", db=killed)
-    assert f"interrupted (resume with: crucible search --resume {run_id})" in listed.stdout
+    resume = f"crucible search --resume {run_id} --db sqlite:///{killed}"
+    assert f"interrupted (resume with: {resume})" in listed.stdout, "the command names the store it needs"
 
     resumed = crucible("search", "--resume", run_id, "--json", db=killed)
     assert resumed.returncode == 0, resumed.stderr

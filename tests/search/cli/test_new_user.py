@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import targets
-from search.cli.main import _print, _table, main
+from search.cli.main import main
+from search.cli.render import metrics_table, show
 from search.service.runs import RunService, prepare
 from search.store.store import Store, open_engine
 from targets.kv.target import shipped_workload_path
@@ -75,7 +76,7 @@ def test_a_budget_below_one_is_refused_and_nothing_is_stored(
 def test_piped_tables_are_never_cut_and_counts_are_whole_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     batching = targets.load("batching")
     metrics = {name: 1234.5678 for name in batching.report_metrics} | {"preemptions": 17.0}
-    _print(_table("baselines on a long instance name", {"sarathi": metrics, "fcfs": metrics}, batching))
+    show(metrics_table("baselines on a long instance name", {"sarathi": metrics, "fcfs": metrics}, batching))
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "ttft_p50_ms" in line)
     for name in batching.report_metrics:
@@ -97,7 +98,7 @@ def test_a_killed_run_shows_as_interrupted_with_how_to_resume(
     runs.store.start_run(info.run_id, int(gone.stdout), socket.gethostname())
     main(["runs", "list", "--db", url])
     out = capsys.readouterr().out
-    assert f"interrupted (resume with: crucible search --resume {info.run_id})" in out
+    assert f"interrupted (resume with: crucible search --resume {info.run_id} --db {url})" in out
     main(["runs", "list", "--db", url, "--json"])
     listed = json.loads(capsys.readouterr().out)
     assert (listed[0]["status"], listed[0]["resumable"]) == ("interrupted", True)

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 import targets
-from search.cli.main import _given_options, _parser, main
+from search.cli.main import build_parser, main
+from search.cli.parsing import option_assignments
 from search.service.runs import RunService, prepare
+from search.settings import target_options
 from search.store.readmodel import ReadModel
 from search.store.store import Store, open_engine
 
@@ -64,13 +66,15 @@ def test_options_are_stored_in_the_run_with_their_defaults(tmp_path: Path) -> No
     assert eval_instance.config["load"] == 0.6 and eval_instance.config["requests"] == [0, 120]
 
 
-def test_capacity_is_a_shorthand_for_set_capacity() -> None:
+def test_an_option_the_target_marks_as_a_flag_is_a_shorthand_for_set() -> None:
     kv = targets.load("kv")
-    given = [
-        _given_options(kv, _parser().parse_args(["search", *flags]))
-        for flags in (["--capacity", "300"], ["--set", "capacity=300"])
-    ]
-    assert given == [{"capacity": 300}, {"capacity": 300}]
+    given = []
+    for flags in (["--capacity", "300"], ["--capacity=300"], ["--set", "capacity=300"]):
+        args, extra = build_parser("search").parse_known_args(["search", *flags])
+        args.extra = extra
+        given.append(target_options(kv, option_assignments(args, kv)))
+    assert given == [{"capacity": 300}] * 3
+    assert not [o for o in targets.load("batching").options if o.flag], "batching marks none: no --capacity"
 
 
 def test_targets_show_lists_options_features_metrics_and_baselines(
@@ -100,6 +104,7 @@ def test_targets_show_lists_options_features_metrics_and_baselines(
         "high": None,
         "choices": [],
         "allowed": "[1, inf]",
+        "flag": "",
     }
     assert shown["objective"] == {"metric": "slo_attainment", "direction": "maximize"}
     assert "srpt" in shown["builtin_baselines"] and "fcfs" in shown["baselines"]
@@ -120,7 +125,7 @@ def test_targets_show_lists_options_features_metrics_and_baselines(
 
 def _own_parsers() -> dict[str, argparse.ArgumentParser]:
     """search, baselines, eval, verify, runs list/show/best, targets list/show: this module's commands."""
-    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     found = {}
     for name in ("search", "baselines", "eval", "verify", "runs", "targets"):
         parser = commands.choices[name]
@@ -136,10 +141,10 @@ def test_every_option_has_a_description_and_help_shows_the_defaults() -> None:
     for name, parser in _own_parsers().items():
         for action in parser._actions:
             assert action.help, f"crucible {name}: {action.dest} has no description"
-    text = _own_parsers()["search"].format_help()
-    assert "candidates to propose (default: 300)" in text
-    assert "Optuna trials per candidate (default: 32)" in text
-    assert "kv: capacity, block_tokens, profile, train_share" in text
+    text = " ".join(_own_parsers()["search"].format_help().split())
+    assert "candidates to propose (default 300)" in text
+    assert "Optuna trials per candidate (default 32)" in text
+    assert "`crucible targets show TARGET` lists them" in text
 
 
 def test_version_and_a_mistyped_flag_are_one_line() -> None:
@@ -149,5 +154,5 @@ def test_version_and_a_mistyped_flag_are_one_line() -> None:
     wrong = subprocess.run([*command, "search", "--budget", "many"], capture_output=True, text=True)
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines() == [
-        "crucible: error: argument --budget: invalid int value: 'many' (see crucible search --help)"
+        "crucible: error: --budget expects a whole number, got 'many'"
     ]

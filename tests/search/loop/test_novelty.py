@@ -62,7 +62,7 @@ def test_a_candidate_that_behaves_as_an_evaluated_program_is_not_tuned_and_is_co
     rows = [c for c in runs.read.candidates(run_id) if not c.is_baseline]
     assert [c.status for c in rows] == ["evaluated", *["duplicate"] * 3, "evaluated", "evaluated"]
     assert rows[1].message.startswith("behaves as baseline lru: ")
-    assert rows[2].message.startswith(f"behaves as candidate 0 (#{rows[0].candidate_id}): ")
+    assert rows[2].message.startswith("behaves as candidate #0: "), "named as every front end names it"
     assert rows[3].message.startswith("behaves as baseline lfu: ")
     assert all(c.score is None and not c.evaluations for c in rows if c.status == "duplicate")
     assert rows[2].behaviour == rows[0].behaviour != rows[4].behaviour

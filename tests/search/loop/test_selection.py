@@ -12,10 +12,10 @@ from in_process import InProcess
 import targets
 from search.cli.main import main
 from search.errors import UserError
-from search.loop.search import RunConfig
 from search.loop.selection import UNSEEN, WHOLE, run_instances
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
+from search.settings import RunConfig
 from search.store.store import Store, open_engine
 from targets.kv.target import shipped_workload_path
 
@@ -30,9 +30,9 @@ def test_window_ranks_on_the_targets_own_instances() -> None:
 
 def test_a_run_ranks_on_unseen_by_default_only_when_it_holds_out_a_tail() -> None:
     assert prepare("kv", None, OPTIONS, budget=2).select == WHOLE
-    assert prepare("kv", None, OPTIONS, budget=2, holdout="0.33").select == UNSEEN
-    assert prepare("kv", None, OPTIONS, budget=2, holdout="0.33", select=WHOLE).select == WHOLE
-    stored = prepare("kv", None, OPTIONS, budget=2, holdout="0.33").to_json()
+    assert prepare("kv", None, OPTIONS, budget=2, holdout=0.33).select == UNSEEN
+    assert prepare("kv", None, OPTIONS, budget=2, holdout=0.33, select=WHOLE).select == WHOLE
+    stored = prepare("kv", None, OPTIONS, budget=2, holdout=0.33).to_json()
     del stored["select"]
     assert RunConfig.from_json(stored).select == WHOLE, "a run stored before the default resumes as it ran"
 
@@ -66,7 +66,7 @@ def test_a_search_holding_out_a_tail_scores_candidates_and_baselines_on_the_unse
     tmp_path: Path,
 ) -> None:
     runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
-    config = prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, holdout="0.33")
+    config = prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, holdout=0.33)
     info = runs.record(config)
     runs.execute(info.run_id, InProcess(), EvolveProposer())
     read = runs.read

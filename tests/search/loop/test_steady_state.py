@@ -15,7 +15,7 @@ from in_process import InProcess
 from sandbox.job import Job, Result
 from search.errors import UserError
 from search.loop.schedule import Batches, SteadyState
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.store import Store, open_engine
 

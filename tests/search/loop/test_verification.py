@@ -13,8 +13,10 @@ import pytest
 
 from sandbox.job import InstanceResult, Job, Result
 from search.cli.main import main
-from search.loop.search import RunConfig, Search
+from search.loop.search import Search
 from search.proposers.base import Proposal, ProposalRequest
+from search.service import RunService
+from search.settings import RunConfig
 from search.store.store import Store, open_engine
 
 FAULTY = {
@@ -65,10 +67,11 @@ def searched(tmp_path: Path) -> tuple[str, Store, Scripted, Spy]:
     store = Store(open_engine(url))
     order = [FAULTY["divides"], SAFE["recency"], FAULTY["logs"], SAFE["frequency"], SAFE["fewer-hits-first"]]
     config = RunConfig(target="kv", workload="gen:chat:1", options={"capacity": 300}, budget=5, workers=1)
-    run = store.create_run("kv", config.to_json())
+    service = RunService(store)
+    info = service.record(config)
     proposer, sandbox = Scripted(order), Spy()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        Search(store, run, sandbox, proposer, executor=pool).execute()
+        Search(service.journal(info.run_id), sandbox, proposer, executor=pool).execute()
     return url, store, proposer, sandbox
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from search.proposers.edits import EditError, apply_reply
+from search.proposers.llm.edits import EditError, apply_reply
 
 PARENT = '''"""LRU."""
 

@@ -11,7 +11,7 @@ import pytest
 from search.loop.database import node_count
 from search.loop.search import domains
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest, TargetBrief
-from search.proposers.evolve import OPERATORS, EvolveProposer
+from search.proposers.evolve.proposer import OPERATORS, EvolveProposer
 from targets.kv.features import BLOCK_FEATURES
 from targets.kv.target import KVTarget
 from verifiers.compiler import to_python

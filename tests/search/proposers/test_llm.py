@@ -25,8 +25,8 @@ from scripted_llm import Received, Reply, ScriptedLLM, error, parent_source, pro
 
 from search.cli.main import main
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest
-from search.proposers.llm import LLMConfig, ModelChoice, Price, Usage
-from search.proposers.mix import MixProposer
+from search.proposers.llm.config import LLMConfig, ModelChoice, Price, Usage
+from search.proposers.mix.proposer import MixProposer
 from targets.kv.features import BLOCK_FEATURES
 
 WORKLOAD = ["--workload", "gen:chat:1", "--capacity", "300", "--trials", "1", "--workers", "1"]

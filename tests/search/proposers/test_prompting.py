@@ -9,7 +9,7 @@ import pytest
 import targets
 from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
-from search.proposers.prompting import Templates
+from search.proposers.llm.prompting import Templates
 from targets.kv.features import BLOCK_FEATURES
 from verifiers.static import CALLS
 

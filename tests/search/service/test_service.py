@@ -13,7 +13,7 @@ from in_process import InProcess
 
 from sandbox.process import ProcessSandbox
 from search.errors import UserError
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.store import Store, open_engine
 from targets.kv.target import shipped_workload_path

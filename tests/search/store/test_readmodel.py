@@ -12,7 +12,7 @@ from sqlalchemy import inspect, text
 
 from search.cli.main import main
 from search.proposers.base import Proposal, ProposalFailed, ProposalRequest
-from search.proposers.evolve import EvolveProposer
+from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.readmodel import ReadModel
 from search.store.store import BASELINE, Store, open_engine
@@ -125,7 +125,7 @@ def test_runs_best_json_holds_the_file_and_verify_checks_a_stored_candidate(
     assert isinstance(best, dict) and "def priority(b, p):" in best["file"]
     assert best["file"] == ReadModel(Store(open_engine(url))).best_file(run_id)
     shown = cli_json(
-        capsys, "verify", "--db", url, "--run", run_id, "--candidate", str(best["candidate_id"]), "--json"
+        capsys, "verify", "--db", url, "--run", run_id, "--candidate", str(best["seq"]), "--json"
     )
     assert isinstance(shown, dict)
     assert {p["verdict"] for p in shown["properties"] if p["severity"] == "hard"} <= {"proved", "unknown"}

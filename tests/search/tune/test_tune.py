@@ -252,11 +252,10 @@ def test_a_timeout_leaves_a_finished_run_that_says_how_to_continue(
     with pytest.raises(SystemExit) as exit_info:  # a study continues by rerunning tune, not as a search
         main(["search", "--resume", report["run_id"], "--db", db])
     assert exit_info.value.code == 2
-    assert (
-        capsys.readouterr()
-        .err.strip()
-        .splitlines()[-1]
-        .startswith("crucible: error: unknown proposer 'tune'")
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (
+        f"crucible: error: run {report['run_id']} is a tune run, not a search: rerun the same "
+        "`crucible tune` command to continue it"
     )
 
 

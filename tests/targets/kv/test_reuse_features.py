@@ -14,8 +14,8 @@ import pytest
 
 from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
-from search.proposers.evolve import EvolveProposer
-from search.proposers.prompting import Templates
+from search.proposers.evolve.proposer import EvolveProposer
+from search.proposers.llm.prompting import Templates
 from targets.kv.features import BLOCK_FEATURES, N_COLUMNS
 from targets.kv.prefix_cache import POLICY_KEY, TIME_VARYING
 from targets.kv.target import SHIPPED_CAPACITY, KVTarget, replay_trace, shipped_workload_path

@@ -49,7 +49,7 @@ class Templates:
         """The shipped templates, each replaced by a file of the same name in `folder` if there is one."""
         if folder and not Path(folder).is_dir():
             raise ValueError(f"prompt folder {folder} does not exist")
-        shipped = resources.files("search.proposers") / "templates"
+        shipped = resources.files("search.proposers.llm") / "templates"
         texts = {}
         for name in NAMES:
             path = Path(folder) / name if folder else None
@@ -144,7 +144,7 @@ def _score(brief: TargetBrief, entry: Entry) -> float:
 
 
 def _metrics(brief: TargetBrief, entry: Entry) -> str:
-    line = f"Candidate #{entry.candidate_id}: {brief.objective} = {_score(brief, entry):.6g}"
+    line = f"Candidate {entry.name}: {brief.objective} = {_score(brief, entry):.6g}"
     others = {k: v for k, v in entry.metrics.items() if k != brief.objective}
     if others:
         line += "; " + ", ".join(f"{k} = {v:.6g}" for k, v in sorted(others.items()))
@@ -157,7 +157,7 @@ def _inspirations(brief: TargetBrief, entries: tuple[Entry, ...]) -> str:
     if not entries:
         return "None yet."
     return "\n\n".join(
-        f"Candidate #{e.candidate_id} ({brief.objective} = {_score(brief, e):.6g}):\n"
+        f"Candidate {e.name} ({brief.objective} = {_score(brief, e):.6g}):\n"
         f"```python\n{e.source.strip(chr(10))}\n```"
         for e in entries
     )

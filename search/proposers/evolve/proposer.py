@@ -114,7 +114,8 @@ class _StmtSlot:
 class _Donor:
     """An inspiration's decision function as one expression (locals and guards inlined), with its PARAMS."""
 
-    candidate_id: int
+    name: str
+    """How a note names it, as every front end does (`#seq`)."""
     expr: ast.expr
     params: Mapping[str, ParamRange]
 
@@ -409,7 +410,7 @@ def _switch(d: _Draft) -> str | None:
         donor = d.rng.choice(d.donors)
         if ast.dump(donor.expr) == ast.dump(last.value):
             return None
-        other, source = d.adopt(donor.expr, donor), f"#{donor.candidate_id}"
+        other, source = d.adopt(donor.expr, donor), donor.name
     else:
         other = d.term()
         source = _short(other)
@@ -436,11 +437,11 @@ def _splice(d: _Draft) -> str | None:
         slot = d.rng.choice(terms)
         old = slot.get()
         slot.put(piece)
-        return f"with {_short(old)} -> {_short(piece)} from #{donor.candidate_id}"
+        return f"with {_short(old)} -> {_short(piece)} from {donor.name}"
     ret = d.rng.choice(d.returns())
     plus = d.rng.random() < 0.7
     ret.put(ast.BinOp(ret.get(), ast.Add() if plus else ast.Sub(), d.weighted(piece)))
-    return f"{'+' if plus else '-'} weighted {_short(piece)} from #{donor.candidate_id}"
+    return f"{'+' if plus else '-'} weighted {_short(piece)} from {donor.name}"
 
 
 def _blend(d: _Draft) -> str | None:
@@ -454,9 +455,9 @@ def _blend(d: _Draft) -> str | None:
         share = d.param("a", 0.0, 1.0, False)
         mine = ast.BinOp(ast.BinOp(_num(1), ast.Sub(), share), ast.Mult(), ret.get())
         ret.put(ast.BinOp(mine, ast.Add(), ast.BinOp(copy.deepcopy(share), ast.Mult(), theirs)))
-        return f"blended convexly with #{donor.candidate_id}"
+        return f"blended convexly with {donor.name}"
     ret.put(ast.BinOp(ret.get(), ast.Add(), d.weighted(theirs)))
-    return f"+ weighted #{donor.candidate_id}"
+    return f"+ weighted {donor.name}"
 
 
 OPERATORS: Mapping[str, Operator] = MappingProxyType(
@@ -501,14 +502,14 @@ class EvolveProposer:
         try:
             program = check(parent.source, brief.signatures)
         except StaticError as exc:
-            message = f"evolve: parent #{parent.candidate_id} fails the static check: {exc}"
+            message = f"evolve: parent {parent.name} fails the static check: {exc}"
             raise ProposalFailed(message) from None
         rng = random.Random(request.seed)
         functions = _functions(parent.source)
         sig = rng.choice([s for s in brief.signatures if s.name in functions])
         registry = brief.registries[sig.name]
         params = {p.name: p for p in program.params}
-        donors = tuple(d for e in request.inspirations if (d := _donor(e.candidate_id, e.source, sig, brief)))
+        donors = tuple(d for e in request.inspirations if (d := _donor(e.name, e.source, sig, brief)))
         repeated = Counter(note.split(":")[0] for note in request.repeated)
         before = _canonical(functions.values())
         unsafe_before = set(_unsafe(functions[sig.name], sig, registry, params))
@@ -536,7 +537,7 @@ class EvolveProposer:
             elif not set(unsafe := _unsafe(fn, sig, registry, kept)) <= unsafe_before:
                 reason = f"{op} may fault: {sorted(set(unsafe) - unsafe_before)[0]}"
             else:
-                doc = _docline(f"Parent #{parent.candidate_id} {what}")
+                doc = _docline(f"Parent {parent.name} {what}")
                 source = _render(doc, kept, children.values())
                 try:
                     check(source, brief.signatures)
@@ -545,7 +546,7 @@ class EvolveProposer:
                     continue
                 return Proposal(source=source, proposer=self.name, note=f"{op}: {what}")
         raise ProposalFailed(
-            f"evolve: no valid child of #{parent.candidate_id} after {self.tries} tries; last: {reason}"
+            f"evolve: no valid child of {parent.name} after {self.tries} tries; last: {reason}"
         )
 
     def _pick(self, rng: random.Random, draft: _Draft, repeated: Mapping[str, int]) -> str | None:
@@ -659,7 +660,7 @@ def _referenced(
     return {name: p for name, p in params.items() if name in used}
 
 
-def _donor(candidate_id: int, source: str, sig: Signature, brief: TargetBrief) -> _Donor | None:
+def _donor(name: str, source: str, sig: Signature, brief: TargetBrief) -> _Donor | None:
     """An inspiration as material for crossover, or None if it lacks the function or cannot be inlined."""
     try:
         program = check(source, brief.signatures)
@@ -672,7 +673,7 @@ def _donor(candidate_id: int, source: str, sig: Signature, brief: TargetBrief) -
     expr = _as_expression(body, {})
     if expr is None or _size(expr) > 4 * _MATERIAL_NODES:
         return None
-    return _Donor(candidate_id, expr, {p.name: p for p in program.params})
+    return _Donor(name, expr, {p.name: p for p in program.params})
 
 
 def _as_expression(stmts: list[ast.stmt], env: dict[str, ast.expr]) -> ast.expr | None:

@@ -1,0 +1,121 @@
+"""`crucible targets list|show`: the targets, and one target's options, features, metrics and baselines."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from search.cli import parsing
+from search.cli.parsing import add_json
+
+if TYPE_CHECKING:
+    from targets.base import Target
+
+
+def add_parser(sub: Any, name: str, help_text: str) -> None:
+    t = parsing.add_command(sub, name, help_text)
+    actions = t.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add_json(actions.add_parser("list", help="every target"))
+    show = actions.add_parser("show", help="one target: options, features, metrics, baselines")
+    show.add_argument("target", help="the target")
+    add_json(show)
+    t.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> None:
+    from rich.table import Table
+
+    from search.cli.render import print_json, show
+    from search.service import load_target, target_names
+
+    if args.action == "list":
+        found = [load_target(name) for name in target_names()]
+        if args.json:
+            print_json([_summary(t) for t in found])
+            return
+        table = Table(title="targets")
+        for column in ("name", "objective", "options", "about"):
+            table.add_column(column)
+        for t in found:
+            table.add_row(
+                t.name,
+                f"{t.objective.direction} {t.objective.metric}",
+                ", ".join(o.name for o in t.options),
+                t.description.split(". ")[0],
+            )
+        show(table, "crucible targets show TARGET: its options, features, metrics and baselines")
+        return
+    target = load_target(args.target)
+    data = described(target)
+    if args.json:
+        print_json(data)
+        return
+    options = Table(title=f"{target.name} options (--set NAME=VALUE; a flag of its own where shown)")
+    for column in ("option", "flag", "type", "default", "allowed", "about"):
+        options.add_column(column)
+    for o in data["options"]:
+        default = "-" if o["default"] is None else str(o["default"])
+        options.add_row(o["name"], o["flag"] or "-", o["type"], default, o["allowed"], o["doc"])
+    features = Table(title=f"{target.name} features")
+    for column in ("function", "feature", "unit", "range", "about"):
+        features.add_column(column)
+    for s in target.signatures:
+        for f in target.registry(s.name).features:
+            features.add_row(s.name, f.name, f.shown_unit, f"[{f.low:g}, {f.high:g}]", f.doc)
+    objective = data["objective"]
+    show(
+        target.description,
+        options,
+        features,
+        f"objective: {objective['direction']} {objective['metric']}",
+        f"metrics shown: {', '.join(data['metrics'])}",
+        f"baselines: {', '.join(data['baselines'])}",
+        f"built-in baselines: {', '.join(data['builtin_baselines']) or 'none'}",
+        f"oracles (read the future; a bound, not a baseline to beat): {', '.join(data['oracles']) or 'none'}",
+        f"commands: {', '.join(f'crucible {target.name} {c}' for c in data['commands']) or 'none'}",
+    )
+
+
+def _summary(target: Target) -> dict[str, Any]:
+    objective = target.objective
+    return {
+        "name": target.name,
+        "objective": objective.metric,
+        "direction": objective.direction,
+        "description": target.description,
+    }
+
+
+def described(target: Target) -> dict[str, Any]:
+    """Everything `targets show --json` prints of a target, from its declarations."""
+    return {
+        **_summary(target),
+        "objective": {"metric": target.objective.metric, "direction": target.objective.direction},
+        "metrics": list(target.report_metrics),
+        "integer_metrics": list(target.integer_metrics),
+        "options": [
+            {
+                "name": o.name,
+                "flag": "--" + o.name.replace("_", "-") if o.flag else "",
+                "type": o.type,
+                "default": o.default,
+                "doc": o.doc,
+                "low": o.low,
+                "high": o.high,
+                "choices": list(o.choices),
+                "allowed": o.allowed(),
+            }
+            for o in target.options
+        ],
+        "features": {
+            s.name: [
+                {"name": f.name, "unit": f.unit, "low": f.low, "high": f.high, "clock": f.clock, "doc": f.doc}
+                for f in target.registry(s.name).features
+            ]
+            for s in target.signatures
+        },
+        "baselines": list(target.baselines()),
+        "builtin_baselines": list(target.builtin_baselines()),
+        "oracles": list(target.oracles()),
+        "commands": [c.name for c in target.commands()],
+    }

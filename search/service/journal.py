@@ -1,0 +1,140 @@
+"""A run's journal: the reads and writes of one run that the search loop and the held-out tail go through
+(search/loop/journal.py's protocol). The service hands it out; the store is never handed to a filler, so
+the service stays the only writer of runs.
+
+`evaluations` is the one place results become Evaluation rows, whichever kind of run they belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.job import Result
+from search.store.store import Store
+from search.store.tables import Candidate, Evaluation, Event, Run, Verification
+from verifiers.properties import Outcome
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One instance's result as a job reports it: its label, role, metrics and time."""
+
+    label: str
+    role: str
+    metrics: Mapping[str, float]
+    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, result: Any) -> Scored:
+        """From a sandbox InstanceResult, or from its JSON form (a dict, as an Optuna study keeps it)."""
+        if isinstance(result, Mapping):
+            return cls(result["label"], result["role"], result["metrics"], float(result.get("seconds", 0.0)))
+        return cls(result.label, result.role, result.metrics, float(result.seconds))
+
+
+def evaluations(
+    run_id: str,
+    candidate_id: int | None,
+    results: Iterable[Any],
+    params: Mapping[str, Any],
+    backend: str = "",
+    *,
+    policy: str = "",
+    role: str | None = None,
+) -> list[Evaluation]:
+    """Results as Evaluation rows: each instance under its own role, or only the eval instances under
+    `role` (a held-out tail's), for a candidate row or a built-in `policy`."""
+    rows = []
+    for result in results:
+        scored = Scored.of(result)
+        if role is not None and scored.role != "eval":
+            continue
+        rows.append(
+            Evaluation(
+                run_id=run_id,
+                candidate_id=candidate_id,
+                policy=policy,
+                instance=scored.label,
+                role=role or scored.role,
+                params=json.dumps(dict(params), sort_keys=True),
+                metrics=json.dumps(dict(scored.metrics), sort_keys=True),
+                seconds=scored.seconds,
+                backend=backend,
+            )
+        )
+    return rows
+
+
+class RunJournal:
+    """Everything the code that fills one run may read of it and write to it."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self._store = store
+        self.run_id = run_id
+
+    # reads of this run
+    def run(self) -> Run:
+        found = self._store.run(self.run_id)
+        assert found is not None
+        return found
+
+    def candidates(self) -> Sequence[Candidate]:
+        return self._store.candidates(self.run_id)
+
+    def evaluations(self, candidate_id: int | None = None) -> Sequence[Evaluation]:
+        return self._store.evaluations(self.run_id, candidate_id)
+
+    def events(self) -> Sequence[Event]:
+        return self._store.events(self.run_id)
+
+    def spend(self) -> tuple[int, float]:
+        return self._store.spend(self.run_id)
+
+    # writes to this run
+    def started(self) -> None:
+        """The run is running in this process, so a reader can tell when the process is gone."""
+        self._store.start_run(self.run_id, os.getpid(), socket.gethostname())
+
+    def ended(self, status: str, message: str = "") -> None:
+        self._store.set_run_status(self.run_id, status, message)
+
+    def log(self, kind: str, message: str, **spent: Any) -> None:
+        self._store.log(self.run_id, kind, message, **spent)
+
+    def add(self, row: Candidate, outcomes: Sequence[Outcome] = ()) -> Candidate:
+        """Record a candidate (and Z3's verdicts on it) before anything runs."""
+        return self._store.add_candidate(row, [_verification(self.run_id, o) for o in outcomes])
+
+    def finish(self, row: Candidate, result: Result) -> None:
+        """Record a candidate's outcome (set on the row) and the result's evaluations in one transaction."""
+        rows = evaluations(self.run_id, row.id, result.instances, result.params, result.backend)
+        self._store.finish_candidate(row, rows)
+
+    def scored(
+        self, candidate_id: int | None, result: Result, *, policy: str = "", role: str | None = None
+    ) -> None:
+        """Record a result's evaluations for a candidate row or a built-in `policy`; with `role`, only its
+        eval instances, under that role (a held-out tail's)."""
+        params = result.params
+        rows = evaluations(
+            self.run_id, candidate_id, result.instances, params, result.backend, policy=policy, role=role
+        )
+        self._store.add_evaluations(rows)
+
+
+def _verification(run_id: str, outcome: Outcome) -> Verification:
+    cex = json.dumps(outcome.counterexample, sort_keys=True) if outcome.counterexample else ""
+    return Verification(
+        run_id=run_id,
+        property=outcome.property,
+        severity=outcome.severity,
+        verdict=outcome.verdict,
+        seconds=outcome.seconds,
+        counterexample=cex,
+        message=outcome.message,
+    )
