@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import targets
+from search import proposers
 from search.ci import config as ci_config
-from search.cli.main import _parser as cli_parser
-from search.proposers.llm.proposer import LLMConfig
+from search.cli.main import build_parser as cli_parser
 
 PAGES = {"reference/cli.md", "reference/config.md", "reference/targets.md"}
 USAGE_COLUMNS = "100"
@@ -116,7 +116,6 @@ PROBES: dict[str, Any] = {
     "store": {"store": {PROBE: 1}},
     "sandbox": {"sandbox": {PROBE: 1}},
     "search": {"search": {PROBE: 1}},
-    "search.llm": {"search": {"proposer": "llm", "llm": {PROBE: 1}}},
     "thresholds": {"thresholds": {PROBE: 1}},
     "options": {"options": {PROBE: {}}},
     "[[workloads]]": {"workloads": [{PROBE: 1}]},
@@ -168,10 +167,8 @@ def defaults() -> dict[str, Any]:
         loaded = ci_config.load(path)
     found: dict[str, Any] = {"store.url": ci_config.DEFAULT_STORE, "sandbox.backend": loaded.sandbox}
     found |= {f"thresholds.{k}": v for k, v in dataclasses.asdict(loaded.thresholds).items()}
-    found |= {f"search.{k}": v for k, v in dataclasses.asdict(loaded.search).items() if k != "llm"}
-    for field in dataclasses.fields(LLMConfig):
-        if field.default is not dataclasses.MISSING:
-            found[f"search.llm.{field.name}"] = field.default
+    settings = (*ci_config.RUN_SETTINGS, *proposers.settings())
+    found |= {f"search.{s.name}": loaded.search.get(s.name, s.default) for s in settings}
     return found
 
 
