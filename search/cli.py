@@ -25,7 +25,7 @@ from sandbox.job import Tuning
 from targets.base import Objective, Option, OptionError, Target, WorkloadError
 from verifiers.static import StaticError
 
-from . import kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
+from . import export_command, kernel_commands, sandbox_commands, target_commands, tune_command, ui_command
 from .ci import command as ci_command
 from .errors import UserError
 from .evaluation import checked, evaluate_baselines, evaluate_file, plan, read_program, verify
@@ -219,7 +219,8 @@ def _parser() -> argparse.ArgumentParser:
     best = rsub.add_parser("best", help="write the best heuristic of a run as a self-contained file")
     common(best)
     best.add_argument("run", help="the run's id (a unique prefix will do)")
-    best.add_argument("--output", "-o", help="file to write (default: stdout)")
+    best.add_argument("--output", "-o", help="file to write (default: stdout); with --export, a folder")
+    export_command.add_options(best, flag="--export")
     stop = rsub.add_parser("stop", help="stop a run resumably (its live search is interrupted)")
     common(stop)
     stop.add_argument("run", help="the run's id (a unique prefix will do)")
@@ -238,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     ui_command.add_parsers(sub)
     tune_command.add_parsers(sub)
     ci_command.add_parsers(sub)
+    export_command.add_parsers(sub)
     return parser
 
 
@@ -261,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "ui": ui_command.ui,
             "tune": tune_command.run,
             "ci": ci_command.run,
+            "export": export_command.run,
         }[args.command]
         handler(args)
     except (UserError, WorkloadError, OptionError, StoreError, StaticError, SandboxUnavailable) as exc:
@@ -624,6 +627,10 @@ def _runs(args: argparse.Namespace) -> None:
     text = read.best_file(info.run_id)
     best = read.best(info.run_id)
     assert best is not None
+    if args.engine:
+        args.target = args.target or info.target
+        export_command.write(text, f"run {info.run_id} (candidate #{best.candidate_id})", info.run_id, args)
+        return
     if args.json:
         _print_json({**best.to_json(), "run_id": info.run_id, "file": text})
     elif args.output:
