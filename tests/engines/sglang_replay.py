@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from array import array
 from types import SimpleNamespace
@@ -24,6 +25,8 @@ from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 from sglang.srt.plugins import load_plugins
 
 BLOCK = 512
+CRUCIBLE = ("search", "targets", "verifiers", "sandbox", "ui")
+"""Crucible's packages: an exported module must import none of them."""
 
 
 class TraceClock:
@@ -116,6 +119,7 @@ def main() -> None:
     counts["block_hit_rate"] = counts["hit_blocks"] / counts["blocks"]
     counts["token_hit_rate"] = counts["hit_tokens"] / counts["tokens"]
     counts["strategy"] = type(cache.eviction_strategy).__module__ + "." + type(cache.eviction_strategy).__name__
+    counts["crucible_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in CRUCIBLE)
     print(json.dumps(counts))
 
 

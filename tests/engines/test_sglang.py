@@ -1,0 +1,72 @@
+"""The found kv program exported to SGLang, replayed through SGLang's real RadixCache beside Crucible's kv
+simulator on the same slice of the shipped Mooncake trace, with SGLang's own LRU beside Crucible's LRU.
+
+Matched capacity: Crucible holds CAPACITY blocks of 512 tokens, SGLang a token pool of CAPACITY x 512
+tokens. The mechanisms differ (SGLang evicts whole tree nodes and counts tokens, so a partial last block
+takes only its tokens; Crucible evicts and counts 512-token blocks); docs/guides/engines.md gives figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from targets.kv.target import KVTarget, shipped_workload_path
+from verifiers.static import check
+
+from engine_runs import ROOT, engine_python, export, run_engine
+
+pytestmark = pytest.mark.engines
+
+SLICE = "0:1000"
+CAPACITY = 2000
+FOUND = ROOT / "bench" / "policies" / "found_kv.py"
+AGREEMENT = 0.05
+"""Each engine hit rate within 5 % (relative) of Crucible's for the same program."""
+
+
+def crucible_rate(source: str) -> float:
+    target = KVTarget()
+    config = {"capacity": CAPACITY, "requests": SLICE}
+    instance = next(i for i in target.instances(str(shipped_workload_path()), config) if i.role == "eval")
+    program = check(source, target.signatures)
+    return target.evaluate(program, instance, program.defaults())["block_hit_rate"]
+
+
+def sglang_replay(policy: str, plugins: Path | None = None) -> dict:
+    args = [str(shipped_workload_path()), "--requests", SLICE, "--capacity-tokens", str(CAPACITY * 512)]
+    env = {"PYTHONPATH": str(plugins)} if plugins else None
+    return run_engine("sglang", "sglang_replay.py", [*args, "--policy", policy], env=env)
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """LRU and the exported found program through RadixCache; the latter installed as a user installs it
+    (pip, into a folder on the path) and loaded by SGLang's plugin entry point."""
+    python = engine_python("sglang")
+    folder = export(tmp_path_factory.mktemp("export"), FOUND, "sglang")
+    plugins = tmp_path_factory.mktemp("plugins")
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
+    done = subprocess.run([*install, str(plugins), str(folder)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return {"lru": sglang_replay("lru"), "found": sglang_replay("crucible_found_kv", plugins)}
+
+
+def test_the_exported_policy_is_what_sglang_runs(replays: dict[str, dict]) -> None:
+    assert replays["found"]["strategy"] == "crucible_found_kv.Strategy"
+    assert replays["lru"]["strategy"].endswith("LRUStrategy")
+    assert replays["found"]["crucible_modules"] == []  # self-contained: nothing of Crucible was imported
+
+
+def test_found_program_beats_lru_in_sglang_as_in_crucible(replays: dict[str, dict]) -> None:
+    crucible = {"found": crucible_rate(FOUND.read_text()), "lru": crucible_rate(KVTarget().baselines()["lru"])}
+    sglang = {name: replays[name]["block_hit_rate"] for name in ("found", "lru")}
+    print(json.dumps({"crucible": crucible, "sglang": sglang}))
+    assert crucible["found"] > crucible["lru"]
+    assert sglang["found"] > sglang["lru"]
+    for name in ("found", "lru"):
+        assert abs(sglang[name] - crucible[name]) <= AGREEMENT * crucible[name], (name, sglang, crucible)
+
