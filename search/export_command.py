@@ -43,7 +43,10 @@ def add_options(parser: argparse.ArgumentParser, flag: str = "--to") -> None:
     parser.add_argument("--name", help="the module's name (default: crucible_ and the file's name)")
     if flag == "--to":
         parser.add_argument(
-            "--output", "-o", metavar="DIR", help="folder for NAME.py and its pyproject.toml (default: stdout)"
+            "--output",
+            "-o",
+            metavar="DIR",
+            help="folder for NAME.py and its pyproject.toml (default: stdout)",
         )
 
 
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> None:
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the heuristic file ({getattr(exc, 'strerror', None) or exc})")
+        reason = getattr(exc, "strerror", None) or exc
+        raise UserError(f"{path}: cannot read the heuristic file ({reason})") from None
     write(source, str(path), path.stem, args)
 
 

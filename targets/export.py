@@ -64,7 +64,9 @@ class Export:
         text = Template(self.template).substitute(
             name=name,
             origin=origin,
-            params="{\n" + "".join(f"    {k!r}: {float(values[k])!r},\n" for k in program.param_names()) + "}",
+            params="{\n"
+            + "".join(f"    {k!r}: {float(values[k])!r},\n" for k in program.param_names())
+            + "}",
             prelude=PLAIN_PRELUDE,
             function=plain_source(program, self.signature),
             features=features,

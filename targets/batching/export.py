@@ -73,7 +73,7 @@ class Scheduler(VllmScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.policy != SchedulingPolicy.PRIORITY:
-            raise ValueError(f"{NAME} orders requests by priority: run vLLM with --scheduling-policy priority")
+            raise ValueError(f"{NAME} orders by priority: run vLLM with --scheduling-policy priority")
         self._first_token = {}  # request id -> when a step first saw its first output token
 
     def schedule(self, *args, **kwargs):
@@ -118,6 +118,7 @@ $features        )
             return r.arrival_time + TTFT_SLO_S
         return first + r.num_output_tokens * TPOT_SLO_S
 '''
+
 
 def vllm_export(ttft_slo_s: float, tpot_slo_s: float) -> Export:
     """The vLLM export, its deadlines made with these SLOs (the target's defaults, which PARAMS were tuned

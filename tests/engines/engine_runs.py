@@ -55,4 +55,3 @@ def export(tmp_path: Path, source: Path, engine: str) -> Path:
     folder = tmp_path / f"{source.stem}-{engine}"
     main(["export", str(source), "--to", engine, "-o", str(folder)])
     return folder
-

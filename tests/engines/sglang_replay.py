@@ -118,7 +118,9 @@ def main() -> None:
     counts["seconds"] = round(time.perf_counter() - began, 3)
     counts["block_hit_rate"] = counts["hit_blocks"] / counts["blocks"]
     counts["token_hit_rate"] = counts["hit_tokens"] / counts["tokens"]
-    counts["strategy"] = type(cache.eviction_strategy).__module__ + "." + type(cache.eviction_strategy).__name__
+    counts["strategy"] = (
+        type(cache.eviction_strategy).__module__ + "." + type(cache.eviction_strategy).__name__
+    )
     counts["crucible_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in CRUCIBLE)
     print(json.dumps(counts))
 

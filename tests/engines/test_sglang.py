@@ -13,11 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from engine_runs import ROOT, engine_python, export, run_engine
 
 from targets.kv.target import KVTarget, shipped_workload_path
 from verifiers.static import check
-
-from engine_runs import ROOT, engine_python, export, run_engine
 
 pytestmark = pytest.mark.engines
 
@@ -62,11 +61,13 @@ def test_the_exported_policy_is_what_sglang_runs(replays: dict[str, dict]) -> No
 
 
 def test_found_program_beats_lru_in_sglang_as_in_crucible(replays: dict[str, dict]) -> None:
-    crucible = {"found": crucible_rate(FOUND.read_text()), "lru": crucible_rate(KVTarget().baselines()["lru"])}
+    crucible = {
+        "found": crucible_rate(FOUND.read_text()),
+        "lru": crucible_rate(KVTarget().baselines()["lru"]),
+    }
     sglang = {name: replays[name]["block_hit_rate"] for name in ("found", "lru")}
     print(json.dumps({"crucible": crucible, "sglang": sglang}))
     assert crucible["found"] > crucible["lru"]
     assert sglang["found"] > sglang["lru"]
     for name in ("found", "lru"):
         assert abs(sglang[name] - crucible[name]) <= AGREEMENT * crucible[name], (name, sglang, crucible)
-

@@ -10,19 +10,17 @@ request only if its whole prompt fits; where blocks are short, that admits fewer
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_runs import ROOT, engine_python, export, run_engine
 
+from targets.batching.features import ORACLE_COLUMNS
 from targets.batching.scheduler import Batch, Limits, serve
 from targets.batching.target import DEFAULTS, BatchingTarget
 from targets.batching.trace import Requests
-from targets.batching.features import ORACLE_COLUMNS
 from verifiers.compiler import param_vector, to_numba
 from verifiers.static import check
-
-from engine_runs import ROOT, engine_python, export, run_engine
 
 pytestmark = pytest.mark.engines
 
@@ -51,7 +49,9 @@ def crucible_steps(source: str, limits: Limits) -> list[Step]:
 
     key = to_numba(program, "priority", ORACLE_COLUMNS)
     slo = (float(DEFAULTS["ttft_slo_s"]), float(DEFAULTS["tpot_slo_s"]))
-    served = serve(requests, limits, key, param_vector(program, {}), lambda b: STEP_S * 1e3, slo, observe=observe)
+    served = serve(
+        requests, limits, key, param_vector(program, {}), lambda b: STEP_S * 1e3, slo, observe=observe
+    )
     assert served.unfinished == 0
     return steps
 
@@ -76,9 +76,7 @@ def vllm_steps(scheduler: str, limits: Limits, reserve_full_prompt: bool = False
     }
     out = run_engine("vllm", "vllm_steps.py", [], stdin=json.dumps(job))
     assert out["unfinished"] == 0
-    return [
-        (tuple(sorted((i, int(t)) for i, t in s["rows"])), tuple(s["preempted"])) for s in out["steps"]
-    ]
+    return [(tuple(sorted((i, int(t)) for i, t in s["rows"])), tuple(s["preempted"])) for s in out["steps"]]
 
 
 def admission(steps: list[Step]) -> list[str]:

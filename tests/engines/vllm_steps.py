@@ -3,11 +3,11 @@
 Reads a JSON job on stdin: requests (id, arrival s, prompt and output tokens), the limits (KV blocks,
 block tokens, token budget, max sequences), the duration of a step, whether admission needs room for the
 whole prompt (vLLM's scheduler_reserve_full_isl, on by default) or only for its first chunk, and the
-scheduler: "fcfs" (vLLM's own) or an exported module's path (its Scheduler class, priority policy). Each step schedules, then answers as
-a model runner would: one sampled token for every request whose scheduled tokens reach its end. Time
-advances by the step's duration, on a clock the exported class reads in place of time.time(). The model
-is a config.json written here (no weights, no tokenizer). Prints one JSON line: every step's scheduled
-(id, tokens) and preempted ids.
+scheduler: "fcfs" (vLLM's own) or an exported module's path (its Scheduler class, priority policy).
+Each step schedules, then answers as a model runner would: one sampled token for every request whose
+scheduled tokens reach its end. Time advances by the step's duration, on a clock the exported class
+reads in place of time.time(). The model is a config.json written here (no weights, no tokenizer).
+Prints one JSON line: every step's scheduled (id, tokens) and preempted ids.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def build(job: dict, folder: Path) -> Scheduler:
     config = VllmConfig(
         model_config=model, scheduler_config=scheduling, cache_config=cache, device_config=DeviceConfig("cpu")
     )
-    spec = FullAttentionSpec(block_size=limits["block_tokens"], num_kv_heads=1, head_size=1, dtype=torch.float32)
+    spec = FullAttentionSpec(
+        block_size=limits["block_tokens"], num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
     kv = KVCacheConfig(
         num_blocks=cache.num_gpu_blocks,
         kv_cache_tensors=[],
