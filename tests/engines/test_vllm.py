@@ -108,7 +108,9 @@ def test_vllm_fcfs_decides_as_crucible_fcfs(limits: Limits) -> None:
 
 
 def test_the_program_admits_in_another_order_than_fcfs(exported: str) -> None:
-    found, fcfs = admission(vllm_steps(exported, ROOMY)), admission(vllm_steps("fcfs", ROOMY))
+    found, fcfs = vllm_steps(exported, ROOMY), vllm_steps("fcfs", ROOMY)
+    print(json.dumps({"program": found[:2], "fcfs": fcfs[:2]}))
+    found, fcfs = admission(found), admission(fcfs)
     assert sorted(found) == sorted(fcfs)
     assert found != fcfs
 
