@@ -23,6 +23,14 @@ pytestmark = pytest.mark.engines
 SLICE = "0:1000"
 CAPACITY = 2000
 FOUND = ROOT / "bench" / "policies" / "found_kv.py"
+EVERY_FEATURE = '''"""Reads every feature SGLang exposes."""
+
+
+def priority(b, p):
+    return b.now + b.last_access + b.inserted_at + b.age + b.lifetime + b.hits + b.depth + b.tokens + (
+        b.prefix_tokens + b.evictions + b.since_evicted + b.parent_age
+    )
+'''
 AGREEMENT = 0.05
 """Each engine hit rate within 5 % (relative) of Crucible's for the same program."""
 
@@ -35,6 +43,17 @@ def crucible_rate(source: str) -> float:
     return target.evaluate(program, instance, program.defaults())["block_hit_rate"]
 
 
+def installed(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
+    """The exported module installed as a user installs it: pip, into a folder put on the path."""
+    python = engine_python("sglang")
+    folder = export(tmp_path_factory.mktemp("export"), source, "sglang")
+    plugins = tmp_path_factory.mktemp("plugins")
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
+    done = subprocess.run([*install, str(plugins), str(folder)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return plugins
+
+
 def sglang_replay(policy: str, plugins: Path | None = None) -> dict:
     args = [str(shipped_workload_path()), "--requests", SLICE, "--capacity-tokens", str(CAPACITY * 512)]
     env = {"PYTHONPATH": str(plugins)} if plugins else None
@@ -43,14 +62,9 @@ def sglang_replay(policy: str, plugins: Path | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """LRU and the exported found program through RadixCache; the latter installed as a user installs it
-    (pip, into a folder on the path) and loaded by SGLang's plugin entry point."""
-    python = engine_python("sglang")
-    folder = export(tmp_path_factory.mktemp("export"), FOUND, "sglang")
-    plugins = tmp_path_factory.mktemp("plugins")
-    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
-    done = subprocess.run([*install, str(plugins), str(folder)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    """LRU and the exported found program through RadixCache, the latter loaded by SGLang's plugin entry
+    point."""
+    plugins = installed(tmp_path_factory, FOUND)
     return {"lru": sglang_replay("lru"), "found": sglang_replay("crucible_found_kv", plugins)}
 
 
@@ -71,3 +85,26 @@ def test_found_program_beats_lru_in_sglang_as_in_crucible(replays: dict[str, dic
     assert sglang["found"] > sglang["lru"]
     for name in ("found", "lru"):
         assert abs(sglang[name] - crucible[name]) <= AGREEMENT * crucible[name], (name, sglang, crucible)
+
+
+def test_features_read_off_real_tree_nodes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """sglang_features.py's scenario, in blocks of 4 tokens: A = 1..10 at t=10; B = 1..6, 50..52 at t=20
+    splits A into U = 1..6 and A' = 7..10 beside B' = 50..52; all evicted at t=30; A again at t=40."""
+    source = tmp_path_factory.mktemp("program") / "every_feature.py"
+    source.write_text(EVERY_FEATURE)
+    plugins = installed(tmp_path_factory, source)
+    env = {"PYTHONPATH": str(plugins)}
+    out = run_engine("sglang", "sglang_features.py", ["--policy", "crucible_every_feature"], env=env)
+    names = ("now", "last_access", "inserted_at", "age", "lifetime", "hits", "depth", "tokens")
+    names += ("prefix_tokens", "evictions", "since_evicted", "parent_age")
+    expected = {
+        # A split node is created at the split (creation_time 20), its hits those of A plus B's reuse.
+        "U": (25, 20, 20, 5, 5, 1, 2, 2, 6, 0, 1e6, 5),
+        # B's match touched A before splitting it, so A's tail was accessed at 20 though B did not use it.
+        "A'": (25, 20, 10, 5, 15, 0, 3, 2, 10, 0, 1e6, 5),
+        "B'": (25, 20, 20, 5, 5, 0, 3, 1, 9, 0, 1e6, 5),
+        # Every block of the new A was evicted once, at 30 (as part of U or A').
+        "A again": (45, 40, 40, 5, 5, 0, 3, 2, 10, 1, 15, 5),
+    }
+    assert out["evicted"] == 13
+    assert out["features"] == {k: dict(zip(names, map(float, v), strict=True)) for k, v in expected.items()}
