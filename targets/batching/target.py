@@ -93,6 +93,13 @@ OPTIONS = (
         "kernel profile that prices each iteration: a shipped one or a file written by `crucible profile`",
         choices=SHIPPED,
     ),
+    Option(
+        "admit_whole_prompt",
+        "bool",
+        None,
+        "admit a waiting request only if its whole prompt's KV blocks are free, as vLLM V1 does by default "
+        "(scheduler_reserve_full_isl); unset, its first chunk's blocks suffice",
+    ),
     Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
     Option(
         "train_share",
@@ -323,6 +330,7 @@ def instance_limits(instance: Instance, budget: float | None = None) -> Limits:
         block_tokens=max(1, int(config["block_tokens"]) // divisor),
         token_budget=max(1, round(tokens / divisor)),
         max_seqs=int(config["max_seqs"]),
+        admit_whole_prompt=bool(config.get("admit_whole_prompt")),
     )
     try:
         limits.check(instance_requests(instance))

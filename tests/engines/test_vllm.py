@@ -4,12 +4,13 @@ batching mechanism (targets/batching/scheduler.py) on the same requests; vLLM's 
 The budget rules coincide once vLLM admits a request on the blocks of its first chunk, as Crucible does
 (scheduler_reserve_full_isl=False): chunked prefill, one token budget per step, max_seqs, KV blocks of the
 computed tokens, admission stopping at the first request that does not fit. vLLM's default admits a
-request only if its whole prompt fits; where blocks are short, that admits fewer (the last test).
+request only if its whole prompt fits, which is Crucible's admit_whole_prompt option (the last test).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -115,9 +116,13 @@ def test_the_program_admits_in_another_order_than_fcfs(exported: str) -> None:
     assert found != fcfs
 
 
-def test_vllm_default_admission_needs_the_whole_prompt(exported: str) -> None:
-    """vLLM's default admission differs from Crucible's only where blocks are short."""
+def test_vllm_default_admission_is_crucibles_admit_whole_prompt(exported: str) -> None:
+    """vLLM's default admission (the whole prompt's blocks) is Crucible's admit_whole_prompt option; it
+    differs from Crucible's own rule only where blocks are short."""
     fcfs = BatchingTarget().baselines()["fcfs"]
+    whole = replace(TIGHT, admit_whole_prompt=True)
+    for scheduler, source in (("fcfs", fcfs), (exported, FOUND.read_text())):
+        assert vllm_steps(scheduler, TIGHT, reserve_full_prompt=True) == crucible_steps(source, whole)
     assert vllm_steps("fcfs", ROOMY, reserve_full_prompt=True) == crucible_steps(fcfs, ROOMY)
     engine, crucible = vllm_steps("fcfs", TIGHT, reserve_full_prompt=True), crucible_steps(fcfs, TIGHT)
     first = next(k for k, (a, b) in enumerate(zip(engine, crucible, strict=False)) if a != b)
