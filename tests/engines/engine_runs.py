@@ -34,8 +34,18 @@ def run_engine(
     engine: str, script: str, args: list[str], stdin: str = "", env: dict[str, str] | None = None
 ) -> dict:
     """Run one of this folder's scripts with the engine's Python and return the JSON line it prints last."""
+    done = run_script(engine, script, args, stdin, env)
+    if done.returncode != 0:
+        pytest.fail(f"{engine} run failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_script(
+    engine: str, script: str, args: list[str], stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one of this folder's scripts with the engine's Python, as it ends."""
     python = engine_python(engine)
-    done = subprocess.run(
+    return subprocess.run(
         [str(python), str(HERE / script), *args],
         input=stdin,
         capture_output=True,
@@ -45,9 +55,6 @@ def run_engine(
         cwd=HERE,
         check=False,
     )
-    if done.returncode != 0:
-        pytest.fail(f"{engine} run failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def export(tmp_path: Path, source: Path, engine: str) -> Path:

@@ -2,6 +2,8 @@
 
 Each request is served as SGLang's scheduler serves a prefill: match the prompt's cached prefix, lock it,
 evict from the tree until the new tokens fit the token pool, allocate them, insert the prompt and unlock.
+The cache is RadixCache, or with --tree-core the UnifiedRadixCache SGLang serves with, on that tree core
+(its nodes are stamped with a logical access counter, not the clock).
 A block's tokens are made from its hash id (id * 512 + position), so two prompts share exactly the
 prefix blocks they share in the trace. The trace's clock stands in for time.monotonic in the cache (and
 the exported strategy), so time features count the trace's seconds as Crucible's do. Prints one JSON line.
@@ -22,6 +24,8 @@ from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.plugins import load_plugins
 
 BLOCK = 512
@@ -63,6 +67,7 @@ def main() -> None:
     parser.add_argument("--capacity-tokens", type=int, required=True)
     parser.add_argument("--policy", default="lru")
     parser.add_argument("--config", default=None, help="the policy's keyword arguments, JSON")
+    parser.add_argument("--tree-core", choices=("python", "rust"), help="UnifiedRadixCache on this core")
     args = parser.parse_args()
 
     load_plugins()  # an exported policy registers itself here, through its entry point
@@ -74,18 +79,24 @@ def main() -> None:
     allocator = TokenToKVPoolAllocator(
         args.capacity_tokens, dtype=torch.float32, device="cpu", kvcache=None, need_sort=False
     )
-    cache = RadixCache(
-        CacheInitParams(
-            disable=False,
-            req_to_token_pool=None,
-            token_to_kv_pool_allocator=allocator,
-            page_size=1,
-            eviction_policy=args.policy,
-            eviction_policy_config=json.loads(args.config) if args.config else None,
-        )
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=allocator,
+        page_size=1,
+        eviction_policy=args.policy,
+        eviction_policy_config=json.loads(args.config) if args.config else None,
     )
-    if hasattr(cache.eviction_strategy, "clock"):
-        cache.eviction_strategy.clock = clock
+    if args.tree_core:
+        params.tree_components = (ComponentType.FULL,)
+        params.tree_core_backend = args.tree_core
+        cache = UnifiedRadixCache(params)
+        strategy = getattr(cache.tree_core, "eviction_strategy", None)  # the Rust core keeps its own
+    else:
+        cache = RadixCache(params)
+        strategy = cache.eviction_strategy
+    if hasattr(strategy, "clock"):
+        strategy.clock = clock
 
     counts = dict.fromkeys(("blocks", "hit_blocks", "tokens", "hit_tokens", "evicted_tokens", "uncached"), 0)
     began = time.perf_counter()
@@ -94,7 +105,7 @@ def main() -> None:
         key = RadixKey(tokens)
         match = cache.match_prefix(MatchPrefixParams(key=key))
         cached, node = match.device_prefix_len, match.last_device_node
-        cache.inc_lock_ref(node)
+        lock = cache.lock(node)
         end = 0
         for size in sizes:
             end += size
@@ -113,14 +124,12 @@ def main() -> None:
             fresh = allocator.alloc(got)
             value = torch.cat([cache.path_device_indices(node), fresh])
             cache.insert(InsertParams(key=RadixKey(tokens[: cached + got]), value=value))
-        cache.dec_lock_ref(node)
+        cache.unlock(lock)
     counts["requests"] = len(trace)
     counts["seconds"] = round(time.perf_counter() - began, 3)
     counts["block_hit_rate"] = counts["hit_blocks"] / counts["blocks"]
     counts["token_hit_rate"] = counts["hit_tokens"] / counts["tokens"]
-    counts["strategy"] = (
-        type(cache.eviction_strategy).__module__ + "." + type(cache.eviction_strategy).__name__
-    )
+    counts["strategy"] = f"{type(strategy).__module__}.{type(strategy).__name__}" if strategy else None
     counts["crucible_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in CRUCIBLE)
     print(json.dumps(counts))
 

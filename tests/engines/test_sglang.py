@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from engine_runs import ROOT, engine_python, export, run_engine
+from engine_runs import ROOT, engine_python, export, run_engine, run_script
 
 from targets.kv.target import KVTarget, shipped_workload_path
 from verifiers.static import check
@@ -54,10 +54,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
     return plugins
 
 
-def sglang_replay(policy: str, plugins: Path | None = None) -> dict:
+def replay_args(policy: str, tree_core: str | None = None) -> list[str]:
     args = [str(shipped_workload_path()), "--requests", SLICE, "--capacity-tokens", str(CAPACITY * 512)]
+    return [*args, "--policy", policy, *(["--tree-core", tree_core] if tree_core else [])]
+
+
+def sglang_replay(policy: str, plugins: Path | None = None, tree_core: str | None = None) -> dict:
     env = {"PYTHONPATH": str(plugins)} if plugins else None
-    return run_engine("sglang", "sglang_replay.py", [*args, "--policy", policy], env=env)
+    return run_engine("sglang", "sglang_replay.py", replay_args(policy, tree_core), env=env)
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +69,31 @@ def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """LRU and the exported found program through RadixCache, the latter loaded by SGLang's plugin entry
     point."""
     plugins = installed(tmp_path_factory, FOUND)
-    return {"lru": sglang_replay("lru"), "found": sglang_replay("crucible_found_kv", plugins)}
+    return {
+        "lru": sglang_replay("lru"),
+        "found": sglang_replay("crucible_found_kv", plugins),
+        "serving lru": sglang_replay("lru", tree_core="python"),
+        "serving found": sglang_replay("crucible_found_kv", plugins, tree_core="python"),
+        "plugins": {"path": str(plugins)},
+    }
 
 
 def test_the_exported_policy_is_what_sglang_runs(replays: dict[str, dict]) -> None:
     assert replays["found"]["strategy"] == "crucible_found_kv.Strategy"
     assert replays["lru"]["strategy"].endswith("LRUStrategy")
     assert replays["found"]["crucible_modules"] == []  # self-contained: nothing of Crucible was imported
+
+
+def test_on_the_cache_sglang_serves_with_the_python_tree_core_runs_it(replays: dict[str, dict]) -> None:
+    """UnifiedRadixCache, SGLang's serving cache: its Python core calls the exported strategy, and the
+    found program beats LRU there too; its Rust core refuses a policy it does not know."""
+    assert replays["serving found"]["strategy"] == "crucible_found_kv.Strategy"
+    print(json.dumps({name: replays[f"serving {name}"]["block_hit_rate"] for name in ("found", "lru")}))
+    assert replays["serving found"]["block_hit_rate"] > replays["serving lru"]["block_hit_rate"]
+    env = {"PYTHONPATH": replays["plugins"]["path"]}
+    rust = run_script("sglang", "sglang_replay.py", replay_args("crucible_found_kv", "rust"), env=env)
+    assert rust.returncode != 0
+    assert "Unknown eviction policy: crucible_found_kv" in rust.stderr
 
 
 def test_found_program_beats_lru_in_sglang_as_in_crucible(replays: dict[str, dict]) -> None:
