@@ -59,13 +59,13 @@ class Export:
                 f"{', '.join(self.features)}"
             )
         read = reads(program, self.signature)
-        features = "".join(f"        {f}={self.features[f]},\n" for f in self.features if f in read)
+        features = "".join(f"            {f}={self.features[f]},\n" for f in self.features if f in read)
         values = {**program.defaults(), **params}
         text = Template(self.template).substitute(
             name=name,
             origin=origin,
             params="{\n"
-            + "".join(f"    {k!r}: {float(values[k])!r},\n" for k in program.param_names())
+            + "".join(f'    "{k}": {float(values[k])!r},\n' for k in program.param_names())
             + "}",
             prelude=PLAIN_PRELUDE,
             function=plain_source(program, self.signature),

@@ -62,6 +62,7 @@ TTFT_SLO_S = $ttft_slo_s
 TPOT_SLO_S = $tpot_slo_s
 """The SLOs that make a request's deadline, as in the Crucible run the program was tuned in."""
 
+
 $function
 
 class Scheduler(VllmScheduler):

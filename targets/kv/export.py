@@ -60,6 +60,7 @@ BLOCK_TOKENS = 512
 NEVER_S = 1.0e6
 """since_evicted of a block never evicted, as in Crucible."""
 
+
 $function
 
 class Strategy(EvictionStrategy):

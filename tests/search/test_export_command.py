@@ -114,7 +114,7 @@ def test_export_writes_a_self_contained_installable_module(
         source.read_text(), [_signature()] if engine == "sglang" else targets.load("batching").signatures
     )
     for name, value in program.defaults().items():
-        assert f"{name!r}: {value!r}," in text  # the tuned constants, unrounded
+        assert f'"{name}": {value!r},' in text  # the tuned constants, unrounded
     project = (tmp_path / "pyproject.toml").read_text()
     assert f'py-modules = ["crucible_{source.stem}"]' in project
     assert ('"sglang.srt.plugins"' in project) == (engine == "sglang")
