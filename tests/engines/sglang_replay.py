@@ -123,8 +123,10 @@ def main() -> None:
         if got > 0:
             fresh = allocator.alloc(got)
             value = torch.cat([cache.path_device_indices(node), fresh])
-            cache.insert(InsertParams(key=RadixKey(tokens[: cached + got]), value=value))
+            key = RadixKey(tokens[: cached + got])  # the first `cached` values are the tree's own, locked
+            cache.insert(InsertParams(key=key, value=value, prev_prefix_len=cached))
         cache.unlock(lock)
+    counts["held_tokens"] = allocator.available_size() + cache.evictable_size() + cache.protected_size()
     counts["requests"] = len(trace)
     counts["seconds"] = round(time.perf_counter() - began, 3)
     counts["block_hit_rate"] = counts["hit_blocks"] / counts["blocks"]

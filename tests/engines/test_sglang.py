@@ -78,6 +78,12 @@ def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     }
 
 
+def test_the_replays_keep_to_the_pool(replays: dict[str, dict]) -> None:
+    """Free slots and the tree's tokens add up to the pool: no slot is freed while the tree holds it."""
+    for name in ("lru", "found", "serving lru", "serving found"):
+        assert replays[name]["held_tokens"] == CAPACITY * 512, name
+
+
 def test_the_exported_policy_is_what_sglang_runs(replays: dict[str, dict]) -> None:
     assert replays["found"]["strategy"] == "crucible_found_kv.Strategy"
     assert replays["lru"]["strategy"].endswith("LRUStrategy")
