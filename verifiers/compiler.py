@@ -218,6 +218,31 @@ def to_python(program: Program, name: str) -> Callable[[Mapping[str, float], Map
     return run
 
 
+PLAIN_PRELUDE = f"""from math import exp, log, log1p, sqrt
+from math import pow as {_POW}
+
+
+def floor(x):
+    return float(math.floor(x))
+
+
+def ceil(x):
+    return float(math.ceil(x))
+
+
+def clamp(x, lo, hi):
+    return min(max(x, lo), hi)
+"""
+"""What `plain_source` functions call besides Python's min, max and abs; it needs `import math` above it."""
+
+
+def plain_source(program: Program, name: str) -> str:
+    """The function as standalone Python source over PLAIN_PRELUDE: the semantics of `to_python` (math
+    calls raise on a bad domain, `**` is math.pow), so a module outside Crucible can run it as checked."""
+    fn = ast.fix_missing_locations(_PowerToCall().visit(copy.deepcopy(_function(program, name))))
+    return ast.unparse(fn) + "\n"
+
+
 class _PowerToCall(ast.NodeTransformer):
     """Turns `a ** k` into math.pow(a, k), so a negative base with a fractional exponent raises."""
 

@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("search.cli.ui", "open the web UI (Streamlit) on a store: watch, inspect, compare, launch"),
     "tune": ("search.cli.tune", "tune a policy's PARAMS and the mechanism's knobs with Optuna (no proposer)"),
     "ci": ("search.cli.ci", "re-check champions, gate regressions, search seeded with them, write reports"),
+    "export": (
+        "search.cli.export",
+        "write a heuristic file as a module an inference engine loads (SGLang, vLLM)",
+    ),
 }
 """Each command: the module that defines it (`add_parser(sub, name, help)`) and its one-line help."""
 TARGET_COMMANDS = "search.cli.target_commands"

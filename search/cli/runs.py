@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from search.cli import parsing
+from search.cli import export, parsing
 from search.cli.parsing import add_db, add_json
 
 
@@ -22,7 +22,8 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
         add_db(p)
     for p in (shown, best, stop):
         p.add_argument("run", help="the run's id (a unique prefix will do)")
-    best.add_argument("--output", "-o", help="file to write (default: stdout)")
+    best.add_argument("--output", "-o", help="file to write (default: stdout); with --export, a folder")
+    export.add_options(best, flag="--export")
     r.set_defaults(handler=run)
 
 
@@ -62,6 +63,10 @@ def _best(args: argparse.Namespace, read: Any) -> None:
     info = read.run(args.run)
     text = read.best_file(info.run_id)
     best = read.best(info.run_id)
+    if args.engine:
+        args.target = args.target or info.target
+        export.write(text, f"run {info.run_id} (candidate {best.label})", info.run_id, args)
+        return
     if args.json:
         print_json({**best.to_json(), "run_id": info.run_id, "file": text})
     elif args.output:

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> None:
         f"built-in baselines: {', '.join(data['builtin_baselines']) or 'none'}",
         f"oracles (read the future; a bound, not a baseline to beat): {', '.join(data['oracles']) or 'none'}",
         f"commands: {', '.join(f'crucible {target.name} {c}' for c in data['commands']) or 'none'}",
+        f"exports to (crucible export --to ENGINE): {', '.join(data['exports']) or 'none'}",
     )
 
 
@@ -118,4 +119,5 @@ def described(target: Target) -> dict[str, Any]:
         "builtin_baselines": list(target.builtin_baselines()),
         "oracles": list(target.oracles()),
         "commands": [c.name for c in target.commands()],
+        "exports": sorted(getattr(target, "exports", dict)()),
     }

@@ -258,8 +258,7 @@ def _replay(
     if pricing.linear.size <= limits.token_budget or pricing.head.size <= min(limits.max_seqs, requests.n):
         raise ValueError("the pricing tables are smaller than the limits' token budget or sequences")
     S = initial_state(requests)
-    machine = (limits.kv_blocks, limits.token_budget, limits.block_tokens, limits.max_seqs)
-    setting = np.array([*machine, *slo_s], dtype=np.float64)
+    setting = limits.setting(slo_s)
     shape = np.array([pricing.layers, pricing.width])
     log = np.zeros((capacity, len(DECISION_COLUMNS)), dtype=np.int64)
     iterations, end, needed = compiled_serve()(

@@ -12,7 +12,9 @@ Mechanism, as vLLM V1 and Sarathi-Serve schedule:
   freed and it later recomputes its prompt and its output so far (preemption by recompute);
 - then, if no one was preempted in this iteration, waiting requests are admitted in priority order while the
   budget, `max_seqs` and the free blocks allow; the first that does not fit stops admission, so a long prompt
-  is not overtaken forever by short ones behind it.
+  is not overtaken forever by short ones behind it. A request fits if the blocks of its first chunk are
+  free, or, with `admit_whole_prompt` (vLLM V1's default, scheduler_reserve_full_isl), those of its whole
+  prompt (and output so far, after a preemption).
 
 The scheduler only decides. An executor prices the iteration (the simulator, with the kernel cost model) or
 runs it (the engine, with real kernels) and returns its duration, which advances the clock; scheduling
@@ -50,6 +52,13 @@ class Limits:
     block_tokens: int
     token_budget: int
     max_seqs: int = 256
+    admit_whole_prompt: bool = False
+    """Admit a waiting request only if its whole prompt's blocks are free, not only its first chunk's."""
+
+    def setting(self, slo_s: tuple[float, float]) -> np.ndarray:
+        """The planner's `setting` array for these limits and SLOs."""
+        machine = (self.kv_blocks, self.token_budget, self.block_tokens, self.max_seqs)
+        return np.array([*machine, *slo_s, float(self.admit_whole_prompt)], dtype=np.float64)
 
     def check(self, requests: Requests) -> None:
         """ValueError unless every request fits the pool alone and a first chunk fits the pool."""
@@ -114,11 +123,12 @@ def _fill_row(X, j, r, now, S, free, queued, batch, ttft_slo, tpot_slo):
 def plan(key, P, S, live, now, setting, X, rows_out, preempted):
     """Decide one iteration over the `live` requests (arrived, not done, in arrival order).
 
-    `setting` is (free blocks, token budget, block tokens, max sequences, TTFT SLO, TPOT SLO). Fills
+    `setting` is (free blocks, token budget, block tokens, max sequences, TTFT SLO, TPOT SLO, 1.0 to admit on
+    the whole prompt's blocks). Fills
     rows_out with (id, start, tokens) columns and `preempted`; returns (rows, preemptions, free blocks after).
     """
     free, budget, block_tokens, max_seqs = int(setting[0]), int(setting[1]), setting[2], int(setting[3])
-    ttft_slo, tpot_slo = setting[4], setting[5]
+    ttft_slo, tpot_slo, whole_prompt = setting[4], setting[5], setting[6] != 0.0
     ids, starts, tokens = rows_out[0], rows_out[1], rows_out[2]
     n = live.size
     batch = 0
@@ -174,7 +184,8 @@ def plan(key, P, S, live, now, setting, X, rows_out, preempted):
             break
         take = min(S[r, _PROMPT] + S[r, _GENERATED], float(budget))
         need = int(np.ceil(take / block_tokens))
-        if need > free:
+        whole = int(np.ceil((S[r, _PROMPT] + S[r, _GENERATED]) / block_tokens)) if whole_prompt else need
+        if whole > free:
             break
         free -= need
         S[r, _BLOCKS] = need
@@ -322,8 +333,7 @@ def serve(
     ids, starts, tokens = rows_out
     preempted = np.zeros(n, dtype=np.int64)
     live = np.zeros(0, dtype=np.int64)
-    machine = (limits.kv_blocks, limits.token_budget, limits.block_tokens, limits.max_seqs)
-    setting = np.array([*machine, *slo_s], dtype=np.float64)
+    setting = limits.setting(slo_s)
     now, free, arrived, iterations = 0.0, limits.kv_blocks, 0, 0
     while now < horizon_s:
         if arrived < n and requests.arrival_s[arrived] <= now:

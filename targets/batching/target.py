@@ -23,6 +23,7 @@ from targets.base import (
     request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
+from targets.export import Export
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature
@@ -32,6 +33,7 @@ from verifiers.static import check
 from .behaviour import behaviour_sample
 from .capacity import GOAL, capacity
 from .compiled_scheduler import Pricing, serve_priced
+from .export import vllm_export
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
 from .kernels import PASSES_VS_PROFILE, cost_model, engine_executor, passes_vs_profile
 from .metrics import METRICS, serving_metrics
@@ -90,6 +92,13 @@ OPTIONS = (
         DEFAULT_PROFILE,
         "kernel profile that prices each iteration: a shipped one or a file written by `crucible profile`",
         choices=SHIPPED,
+    ),
+    Option(
+        "admit_whole_prompt",
+        "bool",
+        None,
+        "admit a waiting request only if its whole prompt's KV blocks are free, as vLLM V1 does by default "
+        "(scheduler_reserve_full_isl); unset, its first chunk's blocks suffice",
     ),
     Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
     Option(
@@ -184,6 +193,10 @@ class BatchingTarget:
         paths = [instance.workload] if Path(instance.workload).is_file() else []
         paths += [profile] if profile not in SHIPPED else []
         return tuple(str(Path(p).resolve()) for p in paths)
+
+    def exports(self) -> dict[str, Export]:
+        """Where a batching program runs outside Crucible: vLLM's V1 scheduler, as request priority."""
+        return {"vllm": vllm_export(DEFAULTS["ttft_slo_s"], DEFAULTS["tpot_slo_s"])}
 
     def commands(self) -> tuple[Command, ...]:
         return ()
@@ -317,6 +330,7 @@ def instance_limits(instance: Instance, budget: float | None = None) -> Limits:
         block_tokens=max(1, int(config["block_tokens"]) // divisor),
         token_budget=max(1, round(tokens / divisor)),
         max_seqs=int(config["max_seqs"]),
+        admit_whole_prompt=bool(config.get("admit_whole_prompt")),
     )
     try:
         limits.check(instance_requests(instance))

@@ -23,12 +23,14 @@ from targets.base import (
     request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
+from targets.export import Export
 from targets.trace_files import parsed
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .export import SGLANG
 from .features import BLOCK_FEATURES, NEVER_S, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
@@ -181,6 +183,11 @@ class KVTarget:
         paths = [instance.workload] if Path(instance.workload).is_file() else []
         paths += [profile] if profile not in SHIPPED else []
         return tuple(str(Path(p).resolve()) for p in paths)
+
+    def exports(self) -> dict[str, Export]:
+        """Where a kv program runs outside Crucible: SGLang's radix cache (vLLM's prefix-cache eviction is a
+        fixed LRU list, not pluggable)."""
+        return {"sglang": SGLANG}
 
     def commands(self) -> tuple[Command, ...]:
         return ()
