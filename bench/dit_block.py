@@ -22,7 +22,7 @@ from targets.dit.plans import Plan, Request
 from targets.dit.pricing import profile_pricing
 from targets.dit.topology import GPU, PCIE4, Topology
 
-CPU = GPU("this machine's CPU cores", 1e12, 0.0)
+CPU = GPU("this machine's CPU cores", 1e12, 0.0, 0.0)
 LOCAL = Topology("local-processes", CPU, 2, 1, 1, PCIE4, PCIE4, "2 local processes on one CPU (gloo)")
 """The links are never read: every collective of 2 processes is priced by the profile's gloo fits."""
 
@@ -31,8 +31,8 @@ def predicted_s(shape: BlockShape, ulysses: int, ring: int) -> float:
     """The cost model's time of the block: a one-block model of its shape, one step, no CFG."""
     model = DiTModel(
         "block", 1, shape.hidden, shape.heads, shape.head_dim, shape.mlp, (1, 1, 1), 1, 1, 1, 0, "joint",
-        False, 0.0, False, "bench/dit_block.py", (shape.tokens, 1, 1, 1),
-    )  # fmt: skip
+        False, 0.0, False, "bench/dit_block.py", (shape.tokens, 1, 1, 1), modulated=False,
+    )  # fmt: skip  # targets/dit/block.py: plain LayerNorms and residual adds, no adaLN, qk-norm or rotary
     request = Request(model, shape.tokens, 1, 1, 1)
     plan = Plan(1, 1, 1, ring, ulysses, 1, tuple(range(ulysses * ring)))
     return step_cost(request, plan, profile_pricing(LOCAL, "cpu-2core")).step_s

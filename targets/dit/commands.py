@@ -207,7 +207,8 @@ def _verdict(v: Verdict) -> dict[str, Any]:
         "predicted_best": label(v.plans[0].degrees), "published_rank": v.published_rank,
         "plans": len(v.plans), "top1": v.top1, "top3": v.top3, "tau": v.tau,
         "error_median": sorted(errors)[len(errors) // 2] if errors else None,
-        "error_worst": max(errors) if errors else None, "source": v.table.source,
+        "error_worst": max(errors) if errors else None, "source": v.table.source, "note": v.table.note,
+        "compiled": v.table.compiled, "topology_assumed": v.table.topology_assumed,
         "rows": [{"plan": label(c.degrees), "published_s": c.published_s, "predicted_s": c.predicted_s,
                   "error": c.error} for c in v.plans],
     }  # fmt: skip

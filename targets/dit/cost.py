@@ -5,17 +5,23 @@ PipeFusion patches; p: stages; u, r, t: Ulysses, ring, tensor degrees; h: hidden
 - a GPU computes n = b s / (u r M) tokens per patch (USP splits the sequence u r ways, PipeFusion in M
   patches: xDiT docs/methods/hybrid.md);
 - GEMMs per block: n x h x 3h/t (qkv), n x h/t x h (out), n x h x f/t (MLP up, twice if gated) and
-  n x f/t x h (down); cross-attention adds n x h x h/t and n x h/t x h; a skip input adds n x 2h x h (model
-  configs);
+  n x f/t x h (down); cross-attention adds n x h x h/t and n x h/t x h; a skip input adds n x 2h x h; a
+  side cross-attention every k-th block (ConsisID's face tokens) adds n x h x w/t and n x w/t x h per k blocks
+  (model configs);
 - self-attention per block: r ring steps, each of s / (r M) queries over s / r keys for b H / (u t) heads
   (a PipeFusion patch attends over the whole image: fresh K,V of its own tokens, one-step-stale K,V of the
-  others: PipeFusion paper, arXiv 2405.14430);
+  others: PipeFusion paper, arXiv 2405.14430); linear attention (SANA) in float32 (pricing);
+- elementwise per block: two norms and the MLP's activation (all a compiled block keeps); eager PyTorch adds
+  the residual adds, adaLN's scale, shift and gate, qk-norm and the rotary embedding, each a pass over the
+  block's values (RESIDUAL_BYTES, MODULATION_BYTES, ROPE_BYTES); SANA's Mix-FFN a depthwise 3 x 3
+  convolution and its gate (diffusers GLUMBConv);
 - Ulysses: four all-to-alls per block (q, k, v in, the output back) of n x h/t values per GPU, each
   (u - 1) message latencies + (u - 1)/u of the bytes at NCCL's bandwidth (DeepSpeed-Ulysses, arXiv
-  2309.14509; nccl-tests issue 212);
+  2309.14509; nccl-tests issue 212), between two layout copies of its tensor (yunchang's all_to_all_4D);
 - ring: r - 1 passes of the patch's K,V chunk, 2 b s/(r M) x h/(u t) values, each overlapped with one ring
-  step's attention; only the excess is exposed, and the r - 1 partial outputs are merged (USP, arXiv
-  2405.07719);
+  step's attention, at the rate of the ring's slowest hop; only the excess is exposed, and the r - 1
+  partial outputs are merged in float32 (USP, arXiv 2405.07719; yunchang's update_out_and_lse,
+  RING_MERGE_BYTES);
 - tensor parallel: two all-reduces of n x h values per block (Megatron-LM);
 - PipeFusion: a stage holds ceil(L/p) blocks; each patch's activations (n x h, plus one n x h per long skip
   that leaves the stage) go to the next stage asynchronously, hidden behind the stage's next patch; the last
@@ -40,15 +46,31 @@ from .models import BYTES_PER_PARAM
 from .plans import Memory, Plan, Request, memory, plans
 from .pricing import Pricing
 
+RESIDUAL_BYTES = 12.0
+"""Eager PyTorch, per value of a block's hidden states: the two residual adds (attention's and the MLP's),
+each reading two bf16 tensors and writing one."""
+MODULATION_BYTES = 24.0
+"""Eager adaLN, per value of a block's hidden states, for the attention and the MLP each: the normed input
+times (1 + scale), plus shift, and the output times its gate, one bf16 read and one written each (diffusers'
+AdaLayerNormZero and CogVideoXLayerNormZero; HunyuanVideo's modulate and apply_gate)."""
+ROPE_BYTES = 52.0
+"""Eager rotary embedding, per query or key value, as diffusers' apply_rotary_emb runs it: negate the odd
+half (2 B), stack it with the even half (4 B), cast x and the rotated copy to float32 (6 + 6 B), multiply them
+by cos and sin (8 + 8 B), add (12 B) and cast back to bf16 (6 B)."""
+RING_MERGE_BYTES = 38.0
+"""Bytes moved per output value by one merge of a partial attention output into the running one, as
+yunchang's update_out_and_lse runs it in float32: cast the block's output (2 B read, 4 B written), out -
+block_out (4 + 4 read, 4 written), times the sigmoid of the log-sum-exp difference (4 read, 4 written), out
+minus that (4 + 4 read, 4 written)."""
 PIPEFUSION_WARMUP_STEPS = 1
 """xDiT's default --warmup_steps: the first step runs without stale activations."""
 
 STEP_PARTS = {
     "dispatch": "host time launching each block's kernels, per patch (fitted: pricing.CALIBRATION)",
     "gemm": "linear layers: qkv, output, MLP, cross-attention and skip projections",
-    "elementwise": "norms, activations and the ring's merges of partial outputs",
+    "elementwise": "norms, activations, eager adaLN, residual, qk-norm and rotary passes, the ring's merges",
     "attention": "self- and cross-attention kernels",
-    "ulysses_all_to_all": "Ulysses' four all-to-alls per block (never overlapped)",
+    "ulysses_all_to_all": "Ulysses' four all-to-alls per block and their layout copies (never overlapped)",
     "ring_p2p": "ring steps' merges and synchronisation, and K,V passes beyond what attention hides",
     "tensor_all_reduce": "tensor parallelism's two all-reduces per block",
     "pipefusion_p2p": "PipeFusion patch hops (and long skips) beyond what the next patch's compute hides",
@@ -160,27 +182,68 @@ def _stage(request: Request, plan: Plan, pricing: Pricing, patches: int, blocks:
         + up * pricing.gemm_s(n, h, f / t) + pricing.gemm_s(n, f / t, h)
     )  # fmt: skip
     elementwise = 2 * pricing.elementwise_s("norm", n, h) + up * pricing.elementwise_s("act", n, f / t)
-    attention_step = pricing.attention_s(heads, queries, s / r, d, linear)
-    attention = r * attention_step
+    if m.gated_mlp:  # the gate's activation, and the product of the two halves (three bf16 operands)
+        elementwise += pricing.elementwise_s("act", n, f / t) + pricing.stream_s(n * f / t, 6.0)
+    if m.depthwise_kernel:  # k x k multiply-adds per value of the gated input, read and written once
+        values = up * n * f / t
+        elementwise += pricing.conv_s(values, m.depthwise_kernel**2)
+    if linear:
+        attention = pricing.linear_attention_s(heads, queries, s / r, d, chunks=r)
+        attention_step = attention / r
+    else:
+        attention_step = pricing.attention_s(heads, queries, s / r, d)
+        attention = r * attention_step
     if m.text == "cross":
         gemm += pricing.gemm_s(n, h, h / t) + pricing.gemm_s(n, h / t, h)
         attention += pricing.attention_s(b * m.heads / t, n / b, m.text_tokens, d)
+    if not request.compiled:  # each elementwise operation its own kernel, over the whole tensor
+        per_value = RESIDUAL_BYTES + (MODULATION_BYTES if m.modulated else 0.0)
+        per_value += RESIDUAL_BYTES / 2 if m.text == "cross" else 0.0  # the cross-attention's residual add
+        elementwise += pricing.stream_s(n * h, per_value)
+        if m.qk_norm:
+            elementwise += 2 * pricing.elementwise_s("norm", n, h / t)
+        if m.rope:
+            elementwise += pricing.stream_s(2 * n * h / t, ROPE_BYTES)
     gemm += m.skips / m.blocks * pricing.gemm_s(n, 2 * h, h)
-    ulysses = 4 * pricing.all_to_all_s(n * h / t * word, worst["ulysses"]) if u > 1 else 0.0
+    if m.side_attention:  # q and output projections, attention to a few tokens, a norm, the residual add
+        interval, side_heads, side_dim, side_tokens = m.side_attention
+        width = side_heads * side_dim / t
+        gemm += (pricing.gemm_s(n, h, width) + pricing.gemm_s(n, width, h)) / interval
+        attention += pricing.attention_s(b * side_heads / t, n / b, side_tokens, side_dim) / interval
+        elementwise += (pricing.elementwise_s("norm", n, h) + pricing.stream_s(n * h, 6.0)) / interval
+    ulysses = 0.0
+    if u > 1:  # each all-to-all between two layout copies (transpose, then contiguous) of its tensor
+        ulysses = 4 * (
+            pricing.all_to_all_s(n * h / t * word, worst["ulysses"]) + 2 * pricing.stream_s(n * h / t)
+        )
     ring = ring_hidden = 0.0
     if r > 1:
-        send = pricing.send_s(2 * b * queries * h / (u * t) * word, worst["ring"][:2])
+        send = pricing.send_s(2 * b * queries * h / (u * t) * word, _hop(worst["ring"], pricing))
         ring = (r - 1) * (max(0.0, send - attention_step) + pricing.ring_step_overhead_s)
         ring_hidden = (r - 1) * min(send, attention_step)
-        elementwise += (r - 1) * pricing.elementwise_s("norm", b * queries, h / (u * t))
+        outputs = b * queries * h / (u * t)
+        if linear:  # each further chunk's float32 partial output added to the sum
+            elementwise += (r - 1) * pricing.stream_s(outputs, 12.0)
+        else:  # cast to float32 and back once; each merge casts the partial output and runs three passes
+            elementwise += pricing.stream_s(outputs, 12.0) + (r - 1) * pricing.stream_s(
+                outputs, RING_MERGE_BYTES
+            )
     tensor = 2 * pricing.all_reduce_s(n * h * word, worst["tensor"]) if t > 1 else 0.0
     hop = 0.0
     if plan.pipefusion > 1:
-        pair = min(plan.groups("pipefusion"), key=pricing.topology.bandwidth)[:2]
+        pair = _hop(min(plan.groups("pipefusion"), key=pricing.topology.bandwidth), pricing)
         messages = 1 + _skips_leaving_a_stage(m.blocks, m.skips, plan.pipefusion)
         hop = messages * pricing.send_s(n * h * word, pair)
     per_block = (pricing.block_overhead_s, gemm, elementwise, attention, ulysses, ring, ring_hidden, tensor)
     return _Stage(*(blocks * x for x in per_block), hop)
+
+
+def _hop(group: tuple[int, ...], pricing: Pricing) -> tuple[int, ...]:
+    """Who a ring or pipeline hop's time is priced over. Every member sends to the next at once, so the
+    slowest hop sets the pace: the group's own bandwidth, which divides a shared link among the members
+    behind it. Within one NVLink node every hop is alike, and the first pair is priced instead, so that a
+    measured two-GPU send applies."""
+    return group[:2] if pricing.topology.within_nvlink_node(group) else group
 
 
 def _skips_leaving_a_stage(blocks: int, skips: int, stages: int) -> int:

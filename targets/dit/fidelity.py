@@ -59,10 +59,14 @@ class Table:
     best: Row | None = None
     note: str = ""
     excluded: str = ""
+    compiled: bool = False
+    """Measured under torch.compile (the source says so); otherwise eager PyTorch, xDiT's default."""
+    topology_assumed: str = ""
+    """Why the topology was chosen where the source does not name the machine's interconnect."""
 
     @property
     def request(self) -> Request:
-        return Request(MODELS[self.model], *self.size)
+        return Request(MODELS[self.model], *self.size, compiled=self.compiled)
 
 
 def label(degrees: Degrees) -> str:
@@ -100,7 +104,8 @@ def tables() -> tuple[Table, ...]:
             tuple(_row(r) for r in entry.get("rows", ())), int(entry.get("gpus", 0)),
             tuple(entry.get("methods", ())),
             None if best is None else Row(_degrees(best), entry.get("seconds")),
-            entry.get("note", ""), excluded,
+            entry.get("note", ""), excluded, bool(entry.get("compiled", False)),
+            entry.get("topology_assumed", ""),
         ))  # fmt: skip
     return tuple(found)
 

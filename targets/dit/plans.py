@@ -32,6 +32,9 @@ class Request:
     width: int
     frames: int
     steps: int
+    compiled: bool = False
+    """Run under torch.compile, which fuses the elementwise work between the matrix products (xDiT's
+    --use_torch_compile); eager PyTorch, xDiT's default, launches each elementwise operation on its own."""
 
     @property
     def tokens(self) -> int:

@@ -8,9 +8,13 @@ Which measurement prices what:
 - Attention on H100: FlashAttention-2's measured forward throughput on H100 SXM5 without a causal mask (DiT
   attention has none), by head dim (64, 128, 256; linear between) and sequence length (Shah et al.,
   "FlashAttention-3", 2024, Figure 5: e.g. 309, 350, 362, 368, 370, 370 TFLOPS at head dim 128 and 512 ...
-  16k tokens), the kernel xDiT and HunyuanVideo run. Linear attention (SANA) is two GEMMs per head: the d x d
-  key-value state and the queries against it. On a CPU profile, attention is priced as its two GEMMs per
-  head and a softmax over the scores (the profile's gemm and act fits), as the real block runs it.
+  16k tokens), the kernel xDiT and HunyuanVideo run. Linear attention (SANA) runs in float32 as diffusers'
+  and xDiT's processors cast it: its two products per head (the d x d key-value state and the queries
+  against it) on the CUDA cores at the datasheet's FP32 peak, its casts and copies streamed. On a CPU
+  profile, attention is priced as its two GEMMs per head and a softmax over the scores (the profile's gemm
+  and act fits), as the real block runs it.
+- Eager elementwise passes and layout copies: the profile's measured activation kernel per byte moved
+  (ACT_BYTES), scaled off H100 by DRAM bandwidth.
 - Collectives: the profile's fit where it measured that collective at that group size on the GPUs it
   describes (H100 all-reduce over 2, 4, 8 and send/recv over 2 NVLink GPUs; gloo over 2 local processes
   on the CPU); otherwise the link formulas below at the bandwidth NCCL reaches on the slowest link the group
@@ -41,6 +45,9 @@ FA2_H100_TFLOPS = np.array([
 ])  # fmt: skip
 """FlashAttention-2's forward throughput on H100 SXM5 without a causal mask, by head dim and sequence length
 (FlashAttention-3 paper, arXiv 2407.08608, Figure 5, the panels without causal mask)."""
+ACT_BYTES = 6.0
+"""Bytes the profiled activation kernel moves per element: Vidur's Llama-2 gated MLP activation reads the
+gate and the up projection (2 x 2 bytes) and writes their product (2 bytes) (targets/costmodel/vidur.py)."""
 PEER_LATENCY_S = 2.0e-6
 """Each further step or peer of one NCCL collective launch: ring all-reduce on a DGX A100 took 10 us over 2
 GPUs and 33.7 us over 8, (33.7 - 10) / (14 - 2) steps = 2.0 us (NVIDIA/nccl-tests issue 123)."""
@@ -61,9 +68,9 @@ class Calibration:
 
 
 CALIBRATION = Calibration(
-    block_overhead_s=2.97e-4,
-    ring_step_overhead_s=7.61e-5,
-    efficiency={"A100 SXM 80GB": 0.823, "H20 96GB": 1.53, "L20 48GB": 2.0, "L40 48GB": 0.615},
+    block_overhead_s=0.000193,
+    ring_step_overhead_s=3.02e-05,
+    efficiency={"A100 SXM 80GB": 0.826, "H20 96GB": 1.55, "L20 48GB": 2.13, "L40 48GB": 0.677},
 )
 """Fitted by `python bench/dit_calibrate.py` on the calibration half (3 significant digits);
 tests/targets/dit/test_fidelity.py refits and compares."""
@@ -96,15 +103,55 @@ class Pricing:
         """A norm or an activation over m x width elements, from the profile's fit."""
         return float(self.profile.operator(op).predict(m=m, width=width)) * self.stream_scale / 1e3
 
+    def stream_s(self, elements: float, bytes_per_element: float = 4.0) -> float:
+        """One eager elementwise kernel or layout copy over `elements` values, moving `bytes_per_element`
+        bytes each (4: read and written in bf16), priced at the rate of the profile's measured activation
+        kernel: Vidur's is the gated MLP's SiLU-and-multiply, which reads two bf16 values and writes one (6
+        bytes) per element of its `width`."""
+        return self.elementwise_s("act", elements, 1.0) * bytes_per_element / ACT_BYTES
+
+    def conv_s(self, values: float, taps: int) -> float:
+        """A depthwise convolution of `taps` taps per value over `values` bf16 values: each read and written
+        once at DRAM speed, or 2 x taps FLOPs per value on the CUDA cores at the FP32 peak (no tensor cores
+        for a depthwise convolution), whichever is longer."""
+        fp32 = self.topology.gpu.fp32_tflops
+        flops = 2.0 * taps * values / (fp32 * 1e12) if fp32 > 0 else 0.0
+        return max(flops, self.stream_s(values, 4.0))
+
+    def fp32_gemm_s(self, m: float, k: float, n: float) -> float:
+        """An (m x k) by (k x n) product in float32: 2 m k n FLOPs at the GPU's FP32 peak, or its operands
+        read and its result written once at DRAM speed, whichever is longer (no tensor cores: PyTorch leaves
+        TF32 off for matmuls). A device without an FP32 figure prices it by its GEMM fit."""
+        fp32 = self.topology.gpu.fp32_tflops
+        if fp32 <= 0:
+            return self.gemm_s(m, k, n)
+        return max(2.0 * m * k * n / (fp32 * 1e12), self.stream_s(m * k + k * n + m * n, 4.0))
+
+    def linear_attention_s(
+        self, batch_heads: float, q: float, kv: float, head_dim: float, chunks: int = 1
+    ) -> float:
+        """ReLU linear attention as diffusers' and xDiT's SANA processors run it: ReLU on q and k in bf16,
+        q, k, v cast to float32, v padded with a row of ones, the state K^T [V;1] (d x kv x (d+1)) and the
+        queries against it (q x d x (d+1)) as float32 products, the output divided by its last row, copied
+        back to (tokens, heads x d) and cast to bf16 (SanaLinearAttnProcessor2_0). Over `chunks` ring chunks
+        of kv keys each (xDiT's xdit_sana_ring_flash_attn_forward), the products and the key/value casts
+        repeat per chunk, the query's passes do not."""
+        d = head_dim
+        state = self.fp32_gemm_s(batch_heads * (d + 1), kv, d)
+        read = self.fp32_gemm_s(q, d, batch_heads * (d + 1))
+        q_side = batch_heads * q * d
+        kv_side = batch_heads * kv * d
+        # per query value: relu 4 B, cast 6 B, divide 8 B, layout copy 8 B, cast back 6 B
+        # per key/value: relu of k 4 B, casts of k and v 6 + 6 B, padded copy of v 8 B
+        return chunks * (state + read + self.stream_s(kv_side, 24.0)) + self.stream_s(q_side, 32.0)
+
     def attention_s(
         self, batch_heads: float, q: float, kv: float, head_dim: float, linear: bool = False
     ) -> float:
         """Non-causal attention of q queries over kv keys for batch_heads heads: 4 q kv d FLOPs each, or
-        for linear attention the state K^T V (kv x d x d) and the queries against it (q x d x d)."""
+        linear attention (linear_attention_s)."""
         if linear:
-            return self.gemm_s(batch_heads * head_dim, kv, head_dim) + self.gemm_s(
-                q, head_dim, batch_heads * head_dim
-            )
+            return self.linear_attention_s(batch_heads, q, kv, head_dim)
         if self.flash_attention:
             length = min(q, kv)
             by_length = [

@@ -14,16 +14,21 @@ from targets.dit.fidelity import calibrate, candidates, compare, kendall_tau, su
 from targets.dit.pricing import CALIBRATION, gpu_pricing
 from targets.dit.topology import TOPOLOGIES
 
-CHECK = {"tables": 8, "top1": 5 / 8, "top3": 8 / 8, "error_median": 0.489, "error_worst": 0.675}
-"""`crucible dit check --half check` at the commit that added this test."""
+CHECK = {"tables": 8, "top1": 6 / 8, "top3": 7 / 8, "error_median": 0.180, "error_worst": 0.403}
+"""`crucible dit check --half check` after the eager elementwise passes, float32 linear attention, Mix-FFN
+convolution, ConsisID's face cross-attention, Ulysses' layout copies, float32 ring merges, ring hops at the
+slowest link, and ConsisID's table on an H100 PCIe box (docs/targets/dit.md). Before them: top-1 5/8, top-3
+8/8, median error 0.489, worst 0.675."""
 CALIBRATION_HALF = {
     "tables": 24,
     "top1": 17 / 24,
-    "top3": 21 / 24,
-    "error_median": 0.038,
-    "error_worst": 0.521,
+    "top3": 22 / 24,
+    "error_median": 0.020,
+    "error_worst": 0.534,
 }
-"""`crucible dit check --half calibration` at the same commit."""
+"""`crucible dit check --half calibration` at the same commit (before: 17/24, 21/24, 0.038, 0.521)."""
+CHECK_ON_NVLINK = {"error_median": 0.332, "consisid_rank": 2}
+"""The check half with ConsisID's table on h100-nvlink instead of the assumed h100-pcie."""
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +60,27 @@ def test_each_half_holds_its_figures(
     assert s.error_worst <= measured["error_worst"] + 0.005
 
 
-def test_the_check_half_meets_the_issues_ranking_bars(found: list[fidelity.Verdict]) -> None:
-    """The published best plan in the cost model's top 3 in >= 80 % of the check tables, first in >= 60 %.
-    (The third bar, a median absolute-time error <= 20 %, is not met: docs/targets/dit.md says why; the
-    figure is held above so it cannot grow.)"""
+def test_the_check_half_meets_the_issues_bars(found: list[fidelity.Verdict]) -> None:
+    """The published best plan in the cost model's top 3 in >= 80 % of the check tables, first in >= 60 %,
+    and the median absolute-time error <= 20 % (this last one only under the PCIe assumption for ConsisID's
+    machine: see the next test)."""
     s = summarize(found, "check")
-    assert s.top3 >= 0.8 and s.top1 >= 0.6
+    assert s.top3 >= 0.8 and s.top1 >= 0.6 and s.error_median <= 0.20
+
+
+def test_consisids_interconnect_is_an_assumption_and_says_what_it_changes() -> None:
+    """The page names no interconnect; the table says why PCIe is assumed, and on NVLink the check half's
+    median error would be 33 %, the bar not met."""
+    consisid = next(t for t in tables() if t.id == "consisid-480p-h100")
+    assert consisid.topology == "h100-pcie" and "NVLink" in consisid.topology_assumed
+    on_nvlink = replace(consisid, topology="h100-nvlink")
+    found = [on_nvlink if v.table.id == consisid.id else v.table for v in verdicts()]
+    compared = [compare(t, gpu_pricing(TOPOLOGIES[t.topology])) for t in found]
+    assert summarize(compared, "check").error_median == pytest.approx(
+        CHECK_ON_NVLINK["error_median"], abs=0.005
+    )
+    nvlink_rank = next(v for v in compared if v.table.id == consisid.id).published_rank
+    assert nvlink_rank == CHECK_ON_NVLINK["consisid_rank"]
 
 
 def test_the_shipped_constants_are_what_the_calibration_half_fits() -> None:

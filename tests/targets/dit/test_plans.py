@@ -65,7 +65,7 @@ def test_a_request_too_big_for_one_l40_needs_a_plan_that_shares_it() -> None:
 def test_flux_1024px_on_4_h100s_ranks_ulysses_4_first_and_ring_4_behind_it() -> None:
     """xDiT docs/performance/flux.md, FLUX.1-dev, 1024px, 28 steps, H100, torch.compile (s):
     1 GPU 4.30, Ulysses-2 2.68, Ring-2 2.60, Ulysses-2 x Ring-2 1.80, Ulysses-4 1.63, Ring-4 1.98."""
-    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28)
+    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28, compiled=True)
     sequence_plans = [
         c
         for n in (1, 2, 4)
@@ -118,9 +118,11 @@ def test_the_planners_best_is_the_exhaustive_optimum_on_a_grid() -> None:
 
 
 def test_going_from_4_to_8_gpus_helps_little_across_pcie_sockets_and_much_over_nvlink() -> None:
-    """xDiT (docs/performance/hunyuandit.md): "there is no significant change in latency between 8 GPUs
-    and 4 GPUs on L40 ... due to PCIe limitations" across sockets, while 8 GPUs on NVLink keep scaling."""
-    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28)
+    """xDiT (docs/performance/flux.md): Flux.1 1024px on 8 L40s under torch.compile "actually slows down due
+    to the need for QPI communication" (and docs/performance/hunyuandit.md: "no significant change in
+    latency between 8 GPUs and 4 GPUs on L40 ... due to PCIe limitations"), while 8 GPUs on NVLink keep
+    scaling."""
+    request = Request(MODELS["flux.1-dev"], 1024, 1024, 1, 28, compiled=True)
     l40 = gpu_pricing(TOPOLOGIES["l40-pcie"])
 
     def ulysses(n: int, pricing: Pricing) -> float:
