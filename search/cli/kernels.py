@@ -9,31 +9,19 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-import targets
 from sandbox.base import BACKENDS
+from search.cli import parsing
 from search.errors import UserError
 from search.settings import DEFAULT_STORE
-from search.validation import (
-    candidate_jobs,
-    medians,
-    report,
-    require,
-    run_candidates,
-    simulated_again,
-    summary,
-    table,
-    unresolved_pairs,
-)
-from targets.base import Option, OptionError, Validation, resolve_options
-from targets.costmodel.model import Profile, ProfileError, load_profile
+from targets.base import OptionError, Validation, resolve_options
 from targets.costmodel.shapes import MODELS, TINY
 
-_err = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from targets.costmodel.model import Profile
 
 
 def add_parser(sub: Any, name: str, help_text: str) -> None:
@@ -57,6 +45,11 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
 
 
 def profile(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from search.validation import require
+    from targets.costmodel.model import ProfileError
+
     try:
         groups = tuple(int(g) for g in args.groups.split(",") if g)
     except ValueError:
@@ -79,12 +72,12 @@ def profile(args: argparse.Namespace) -> None:
                 raise UserError("--device cuda: no CUDA device is visible")
             if args.device == "cuda" and max(groups) > torch.cuda.device_count():
                 groups = tuple(g for g in groups if g <= torch.cuda.device_count())
-                _err.print(f"NCCL groups limited to {torch.cuda.device_count()} visible GPUs", markup=False)
+                parsing.note(f"NCCL groups limited to {torch.cuda.device_count()} visible GPUs")
             settings = Settings(
                 device=args.device, threads=args.threads, repeats=args.repeats, groups=groups, seed=args.seed
             )
             name = args.name or f"{args.device}-measured"
-            with _err.status("measuring") as status:
+            with Console(stderr=True).status("measuring") as status:
                 result = measure(MODELS[args.model], settings, name, args.block, status.update)
     except ProfileError as exc:
         raise UserError(str(exc)) from None
@@ -93,7 +86,7 @@ def profile(args: argparse.Namespace) -> None:
         print(json.dumps(profile_summary(result, args.output), indent=2))
     else:
         Console().print(error_table(result))
-    _err.print(f"wrote {args.output}", markup=False)
+    parsing.note(f"wrote {args.output}")
 
 
 def profile_summary(profile: Profile, output: str) -> dict[str, Any]:
@@ -129,6 +122,8 @@ def profile_summary(profile: Profile, output: str) -> dict[str, Any]:
 
 def error_table(profile: Profile) -> Table:
     """Median and worst relative error of each fit on the measurements it did not see."""
+    from rich.table import Table
+
     table = Table(title=f"profile {profile.name} ({profile.device}): fit error on held-back measurements")
     for col in ("operator", "held back", "median error", "worst error"):
         table.add_column(col, justify="right" if col != "operator" else "left")
@@ -140,6 +135,8 @@ def error_table(profile: Profile) -> Table:
 @functools.cache
 def _validations() -> dict[str, Validation]:
     """target name -> its Validation, for the targets that declare one (loaded once)."""
+    import targets
+
     found: dict[str, Validation] = {}
     for name in targets.names():
         declared = getattr(targets.load(name), "validation", lambda: None)()  # a target may predate it
@@ -151,6 +148,8 @@ def _validations() -> dict[str, Validation]:
 def measured_under(profile: str) -> str:
     """Where and under what load the pricing profile was measured, beside the load now: a CPU runs the
     same kernels slower on a loaded machine, so a profile of another load biases every figure alike."""
+    from targets.costmodel.model import ProfileError, load_profile
+
     try:
         meta = load_profile(profile).meta
     except ProfileError as exc:
@@ -166,11 +165,17 @@ def _flag(name: str) -> str:
 
 
 def _validate_parser(sub: Any, help_text: str) -> None:
-    """`crucible validate`: the common flags, and one flag per option any target's validation declares."""
-    v = sub.add_parser("validate", help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
-    v.set_defaults(handler=validate)
-    validated = tuple(_validations())
-    v.add_argument("--target", default=validated[0] if validated else None, choices=validated)
+    """`crucible validate`: the common flags; the options of the chosen target's validation are flags of
+    their own too (`--requests 0:40`), resolved once the target is loaded."""
+    v = sub.add_parser(
+        "validate",
+        help=help_text,
+        description=help_text[0].upper() + help_text[1:] + ".",
+        epilog="Each option of the target's validation is a flag: --NAME VALUE (`crucible targets show "
+        "TARGET` lists them).",
+    )
+    v.set_defaults(handler=validate, option_flags=True)
+    v.add_argument("--target", default="kv", metavar="TARGET", help="whose simulator to check (default kv)")
     v.add_argument(
         "--candidates",
         nargs="+",
@@ -184,42 +189,50 @@ def _validate_parser(sub: Any, help_text: str) -> None:
     v.add_argument(
         "--db", default=DEFAULT_STORE, help=f"store the validation records into (default {DEFAULT_STORE})"
     )
-    declared: dict[str, list[tuple[str, Option]]] = {}
-    for target, validation in _validations().items():
-        for o in validation.options:
-            declared.setdefault(o.name, []).append((target, o))
-    group = v.add_argument_group("options of the target's validation")
-    for name, options in declared.items():
-        group.add_argument(_flag(name), dest=f"option_{name}", metavar=name.upper(), help=_help(options))
 
 
-def _help(options: list[tuple[str, Option]]) -> str:
-    """One option's help over the targets that declare it: the doc and allowed values once if they agree."""
-    first = options[0][1]
-    if all((o.doc, o.allowed()) == (first.doc, first.allowed()) for _, o in options):
-        same = len({o.default for _, o in options}) == 1
-        shown = str(first.default) if same else ", ".join(f"{t} {o.default}" for t, o in options)
-        targets_ = "/".join(t for t, _ in options)
-        return f"{first.doc} ({targets_}; {first.allowed()}; default {shown})"
-    return " | ".join(f"{t}: {o.doc} ({o.allowed()}; default {o.default})" for t, o in options)
+def _validation_options(args: argparse.Namespace, validation: Validation) -> dict[str, str]:
+    """The validation's option flags among the words the parser did not know, as texts by option name."""
+    known = {_flag(o.name): o.name for o in validation.options}
+    given: dict[str, str] = {}
+    words = list(args.extra)
+    while words:
+        word = words.pop(0)
+        flag, eq, value = word.partition("=")
+        if flag not in known:
+            flags = ", ".join(known) or "none"
+            raise OptionError(f"{flag} is not an option of validate --target {args.target} ({flags})")
+        if not eq:
+            if not words:
+                raise OptionError(f"{flag} needs a value")
+            value = words.pop(0)
+        given[known[flag]] = value
+    return given
 
 
 def validate(args: argparse.Namespace) -> None:
-    validation = _validations()[args.target]
-    target = targets.load(args.target)
+    from rich.console import Console
+
+    from search.service import load_target
+    from search.validation import (
+        candidate_jobs,
+        report,
+        require,
+        run_candidates,
+        simulated_again,
+        summary,
+        table,
+        unresolved_pairs,
+    )
+
+    target = load_target(args.target)
+    validation = target.validation()
+    if validation is None:
+        validated = ", ".join(_validations()) or "none"
+        raise UserError(f"target {args.target} has no engine to validate against; those that do: {validated}")
     known = {o.name: o for o in validation.options}
-    given = {
-        name[len("option_") :]: text
-        for name, text in vars(args).items()
-        if name.startswith("option_") and text is not None
-    }
     try:
-        for name in given:
-            if name not in known:
-                flags = ", ".join(_flag(n) for n in known)
-                raise OptionError(
-                    f"{_flag(name)} is not an option of validate --target {args.target} ({flags})"
-                )
+        given = _validation_options(args, validation)
         values = resolve_options(validation.options, {n: known[n].parse(text) for n, text in given.items()})
         workload = args.workload or target.default_config()["workload"]
         if Path(workload).is_file():  # the job runs elsewhere: a path relative to here would not be found
@@ -231,7 +244,7 @@ def validate(args: argparse.Namespace) -> None:
     # Every mistake in the arguments is named before a missing engine dependency is.
     require(f"crucible validate --target {args.target}", validation.requires)
     if "profile" in values:
-        _err.print(measured_under(values["profile"]), markup=False, highlight=False)
+        parsing.note(measured_under(values["profile"]))
     served = run_candidates(jobs, instance.label, args.sandbox, int(values.get("rounds", 1)))
     measured: dict[str, Any] = {}
     unresolved: set[tuple[str, str]] = set()
@@ -256,7 +269,7 @@ def validate(args: argparse.Namespace) -> None:
         console.print(out)
         for line in summary(validation, result):
             console.print(line, highlight=False, markup=False)
-        _err.print(f"recorded as run {run_id} (crucible runs show {run_id})", markup=False, highlight=False)
+        parsing.note(f"recorded as run {run_id} (crucible runs show {run_id})")
     if args.check and not all(check["passed"] for check in result["checks"]):
         raise SystemExit(1)
 
@@ -275,6 +288,7 @@ def _record(
     engine's, and the rankings' agreement as its marker."""
     from search.service import open_service
     from search.service.records import Policy
+    from search.validation import medians
 
     config = {"target": target.name, "workload": instance.workload, "options": values}
     policies = [

@@ -62,11 +62,20 @@ def run(args: argparse.Namespace) -> None:
     for s in target.signatures:
         for f in target.registry(s.name).features:
             features.add_row(s.name, f.name, f.shown_unit, f"[{f.low:g}, {f.high:g}]", f.doc)
+    checked = Table(
+        title=f"{target.name} validation options (crucible validate --target {target.name} --NAME V)"
+    )
+    for column in ("option", "type", "default", "allowed", "about"):
+        checked.add_column(column)
+    for o in data["validation_options"]:
+        default = "-" if o["default"] is None else str(o["default"])
+        checked.add_row(o["name"], o["type"], default, o["allowed"], o["doc"])
     objective = data["objective"]
     show(
         target.description,
         options,
         features,
+        *([checked] if data["validation_options"] else []),
         f"objective: {objective['direction']} {objective['metric']}",
         f"metrics shown: {', '.join(data['metrics'])}",
         f"baselines: {', '.join(data['baselines'])}",
@@ -87,6 +96,20 @@ def _summary(target: Target) -> dict[str, Any]:
     }
 
 
+def _option(o: Any) -> dict[str, Any]:
+    return {
+        "name": o.name,
+        "flag": "--" + o.name.replace("_", "-") if o.flag else "",
+        "type": o.type,
+        "default": o.default,
+        "doc": o.doc,
+        "low": o.low,
+        "high": o.high,
+        "choices": list(o.choices),
+        "allowed": o.allowed(),
+    }
+
+
 def described(target: Target) -> dict[str, Any]:
     """Everything `targets show --json` prints of a target, from its declarations."""
     return {
@@ -94,20 +117,7 @@ def described(target: Target) -> dict[str, Any]:
         "objective": {"metric": target.objective.metric, "direction": target.objective.direction},
         "metrics": list(target.report_metrics),
         "integer_metrics": list(target.integer_metrics),
-        "options": [
-            {
-                "name": o.name,
-                "flag": "--" + o.name.replace("_", "-") if o.flag else "",
-                "type": o.type,
-                "default": o.default,
-                "doc": o.doc,
-                "low": o.low,
-                "high": o.high,
-                "choices": list(o.choices),
-                "allowed": o.allowed(),
-            }
-            for o in target.options
-        ],
+        "options": [_option(o) for o in target.options],
         "features": {
             s.name: [
                 {"name": f.name, "unit": f.unit, "low": f.low, "high": f.high, "clock": f.clock, "doc": f.doc}
@@ -120,4 +130,11 @@ def described(target: Target) -> dict[str, Any]:
         "oracles": list(target.oracles()),
         "commands": [c.name for c in target.commands()],
         "exports": sorted(getattr(target, "exports", dict)()),
+        "validation_options": [_option(o) for o in _validation(target)],
     }
+
+
+def _validation(target: Target) -> tuple[Any, ...]:
+    """The options of the target's validation against a real engine (`crucible validate` flags)."""
+    declared = target.validation()
+    return declared.options if declared is not None else ()
