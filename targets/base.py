@@ -397,6 +397,32 @@ class Target(Protocol):
         ...
 
 
+class TargetBase:
+    """What most targets leave empty, given once: a target class derives from this and declares the rest
+    of the Target protocol (its features, instances, properties and evaluate)."""
+
+    def files(self, instance: Instance) -> tuple[str, ...]:
+        """The workload file, where the workload is one (a generator spec reads no file)."""
+        path = Path(instance.workload)
+        return (str(path.resolve()),) if path.is_file() else ()
+
+    def baselines(self) -> dict[str, str]:
+        """The baselines shipped in the target's package, in `baselines/<name>.py`."""
+        return packaged_baselines(type(self).__module__.rpartition(".")[0])
+
+    def builtin_baselines(self) -> tuple[str, ...]:
+        return ()
+
+    def oracles(self) -> tuple[str, ...]:
+        return ()
+
+    def commands(self) -> tuple[Command, ...]:
+        return ()
+
+    def validation(self) -> Validation | None:
+        return None
+
+
 @runtime_checkable
 class Windowed(Protocol):
     """A target whose workloads are requests in time order and whose `requests` option (START:STOP) windows

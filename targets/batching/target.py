@@ -12,14 +12,13 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
-    Command,
     FeatureRegistry,
     Instance,
     Objective,
     Option,
+    TargetBase,
     Validation,
     WorkloadError,
-    packaged_baselines,
     request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
@@ -40,6 +39,7 @@ from .metrics import METRICS, serving_metrics
 from .properties import PROPERTIES
 from .scheduler import Executor, Limits, Served, serve
 from .trace import Requests, load_azure
+from .validation import validation_of
 
 PRIORITY = Signature(
     name="priority",
@@ -116,7 +116,7 @@ def shipped_workload_path() -> Path:
     return Path(str(resources.files("targets.batching") / "workloads" / SHIPPED_WORKLOAD))
 
 
-class BatchingTarget:
+class BatchingTarget(TargetBase):
     """Request scheduling under a KV block budget; the objective is the share of requests meeting the SLOs."""
 
     name = "batching"
@@ -198,12 +198,6 @@ class BatchingTarget:
         """Where a batching program runs outside Crucible: vLLM's V1 scheduler, as request priority."""
         return {"vllm": vllm_export(DEFAULTS["ttft_slo_s"], DEFAULTS["tpot_slo_s"])}
 
-    def commands(self) -> tuple[Command, ...]:
-        return ()
-
-    def baselines(self) -> dict[str, str]:
-        return packaged_baselines("targets.batching")
-
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
 
@@ -214,9 +208,7 @@ class BatchingTarget:
         return ("srpt",)  # it reads each request's true output length
 
     def validation(self) -> Validation:
-        from .validation import VALIDATION  # it builds instances with this module's readers
-
-        return VALIDATION
+        return validation_of(self)
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         values = param_vector(program, params)

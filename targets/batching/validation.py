@@ -25,11 +25,12 @@ the agreement rests on most pairs, at least half must be left in.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from targets.base import (
     Calibration,
@@ -45,7 +46,9 @@ from targets.base import (
 from targets.costmodel.model import PASS, SHIPPED, load_profile, slowed
 
 from .kernels import PASSES_VS_PROFILE
-from .target import DEFAULTS, BatchingTarget, load_workload
+
+if TYPE_CHECKING:
+    from .target import BatchingTarget
 
 PASSES_PROFILE = "cpu-2core-passes"
 """The default pricing: this machine idle with its forward passes timed whole (the engine runs passes, not
@@ -77,14 +80,15 @@ OPTIONS = (
 )
 
 
-def instance(workload: str, values: Mapping[str, Any]) -> Instance:
+def instance(target: BatchingTarget, workload: str, values: Mapping[str, Any]) -> Instance:
     """The scaled-down slice both serve; the "engine" setting makes the target serve it in the engine too."""
     if values["load"] <= 0:
         raise OptionError(f"option load: must be positive, got {values['load']:g}")
-    start, stop = request_window(values["requests"], load_workload(workload).n)
+    start, stop = request_window(values["requests"], target.requests(workload))
     divisor = values["token_divisor"]
+    defaults = {o.name: o.default for o in target.options}
     config: dict[str, Any] = {
-        **{k: v for k, v in DEFAULTS.items() if k in ("token_budget", "max_seqs")},
+        **{k: defaults[k] for k in ("token_budget", "max_seqs")},
         "capacity": values["capacity"],
         "block_tokens": values["block_tokens"] * divisor,  # divided with the trace's tokens, as profiled
         "load": values["load"],
@@ -95,7 +99,7 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
         "tpot_slo_s": values["tpot_slo_s"],
         "profile": values["profile"],
     }
-    BatchingTarget().instances(workload, config)  # a slice the machine cannot serve fails here, once
+    target.instances(workload, config)  # a slice the machine cannot serve fails here, once
     if values["retime_passes"] and PASS not in load_profile(str(values["profile"])).operators:
         raise OptionError(
             f"option retime_passes: profile {values['profile']} has no timed forward passes to time again; "
@@ -131,24 +135,27 @@ def priced_as_measured(
     )
 
 
-VALIDATION = Validation(
-    options=OPTIONS,
-    instance=instance,
-    compared=(
-        Compared("mean TTFT ms", "ttft_mean_ms", "engine_ttft_mean_ms", ".0f"),
-        Compared("TTFT p99 ms", "ttft_p99_ms", "engine_ttft_p99_ms", ".0f"),
-        Compared("TPOT ms", "tpot_mean_ms", "engine_tpot_mean_ms", ".2f"),
-        Compared("tok/s", "throughput_tok_s", "engine_throughput_tok_s", ".0f"),
-        Compared("SLO met", "slo_attainment", "engine_slo_attainment", ".1%"),
-        Compared("preemptions", "preemptions", "engine_preemptions", ".0f"),
-    ),
-    rank_by="mean TTFT ms",
-    direction="minimize",
-    checks=(
-        Check("kendall_tau", at_least=0.8),
-        Check("error_max", at_most=0.25),
-        Check("pairs_compared", at_least=0.5),
-    ),
-    requires=("torch",),
-    calibrated=priced_as_measured,
-)
+def validation_of(target: BatchingTarget) -> Validation:
+    """How `crucible validate` checks the target's simulator against the engine: its slices are the
+    target's own instances, scaled down."""
+    return Validation(
+        options=OPTIONS,
+        instance=functools.partial(instance, target),
+        compared=(
+            Compared("mean TTFT ms", "ttft_mean_ms", "engine_ttft_mean_ms", ".0f"),
+            Compared("TTFT p99 ms", "ttft_p99_ms", "engine_ttft_p99_ms", ".0f"),
+            Compared("TPOT ms", "tpot_mean_ms", "engine_tpot_mean_ms", ".2f"),
+            Compared("tok/s", "throughput_tok_s", "engine_throughput_tok_s", ".0f"),
+            Compared("SLO met", "slo_attainment", "engine_slo_attainment", ".1%"),
+            Compared("preemptions", "preemptions", "engine_preemptions", ".0f"),
+        ),
+        rank_by="mean TTFT ms",
+        direction="minimize",
+        checks=(
+            Check("kendall_tau", at_least=0.8),
+            Check("error_max", at_most=0.25),
+            Check("pairs_compared", at_least=0.5),
+        ),
+        requires=("torch",),
+        calibrated=priced_as_measured,
+    )

@@ -16,8 +16,8 @@ from targets.base import (
     Objective,
     Option,
     OptionError,
+    TargetBase,
     WorkloadError,
-    packaged_baselines,
     resolve_options,
 )
 from targets.trace_files import parsed
@@ -57,7 +57,7 @@ OPTIONS = (
 )  # fmt: skip
 
 
-class DiTTarget:
+class DiTTarget(TargetBase):
     """DiT serving on a GPU cluster; the objective is the share of requests finished by their deadline."""
 
     name = "dit"
@@ -100,17 +100,8 @@ class DiTTarget:
     def files(self, instance: Instance) -> tuple[str, ...]:
         return () if parse_generator(instance.workload) else (str(Path(instance.workload).resolve()),)
 
-    def baselines(self) -> dict[str, str]:
-        return packaged_baselines("targets.dit")
-
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
-
-    def builtin_baselines(self) -> tuple[str, ...]:
-        return ()
-
-    def oracles(self) -> tuple[str, ...]:
-        return ()
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         return run(instance, _compiled(program.source), param_vector(program, params))
@@ -136,10 +127,6 @@ class DiTTarget:
     def mechanism_params(self) -> tuple[str, ...]:
         """The mechanism reads no PARAMS: a score's order and its side of zero are its whole behaviour."""
         return ()
-
-    def validation(self) -> None:
-        """No serving engine to validate against: the real block (block.py) checks the parallel methods."""
-        return None
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
