@@ -152,7 +152,7 @@ def _replayer(
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
 
     def run() -> float:
-        counters, _, _, _ = kernel(key, params, policy, population, capacity, *arrays, False)
+        counters, _, _, _ = kernel(key, params, policy, population, capacity, *arrays, False, 0)
         return counters[2] / counters[1]
 
     return run
