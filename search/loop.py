@@ -306,7 +306,8 @@ class Search:
             return
         self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
         eval_only = tuple(i for i in self.instances if i.role == "eval")
-        jobs = [self._job(row, tune=False) for row in rows]
+        tuned = getattr(self.target, "tuned_baselines", ())  # constants a baseline fits on the train part
+        jobs = [self._job(row, tune=row.name in tuned) for row in rows]
         jobs += [
             Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
         ]
@@ -457,11 +458,12 @@ class Search:
     def _job(self, row: Candidate, tune: bool = True) -> Job:
         tuning = None
         if tune:
+            baseline = row.proposer == BASELINE  # never gated nor a duplicate: it anchors the report
             tuning = Tuning(
                 trials=self.config.trials,
-                seed=self.config.seed * 100_003 + row.seq,
-                gate=self._gate(row.seq),
-                seen=tuple(self._behaviours(row.seq)),
+                seed=(self.config.seed * 100_003 + row.seq) % 2**32,  # a baseline's seq is < 0
+                gate=None if baseline else self._gate(row.seq),
+                seen=() if baseline else tuple(self._behaviours(row.seq)),
             )
         return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
 

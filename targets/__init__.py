@@ -25,6 +25,12 @@ def _kv() -> Target:
     return KVTarget()
 
 
+def _kv_tiered() -> Target:
+    from .kv.tiered import TieredKVTarget
+
+    return TieredKVTarget()
+
+
 def _batching() -> Target:
     from .batching import BatchingTarget
 
@@ -48,6 +54,7 @@ _BUILT_IN: dict[str, Callable[[], Target]] = {
     "batching": _batching,
     "dit": _dit,
     "batching-capacity": _batching_capacity,
+    "kv-tiered": _kv_tiered,
 }
 
 

@@ -506,6 +506,37 @@ def _queue_victim(policy, hand, steps, limit, pinned, nchild, queues, main_cap, 
     return o, hand, steps
 
 
+@njit(cache=True, inline="always")
+def _queue_next(policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap):
+    """The next block a queue policy evicts, taken out of its queue, or -1 if it gives none within `limit`
+    steps; with the hand, the steps taken and whether S3-FIFO has evicted yet."""
+    while steps < limit:
+        has_evicted = has_evicted or policy == POLICY_S3FIFO
+        o, hand, steps = _queue_victim(
+            policy, hand, steps, limit, pinned, nchild, queues, main_cap, ghost_cap
+        )
+        if o == _NO_QUEUE:
+            break
+        if o >= 0:
+            return o, hand, steps, has_evicted
+    return -1, hand, steps, has_evicted
+
+
+@njit(cache=True)
+def _trace_tables(blocks, parent, block_tokens):
+    """What the replay derives from the trace: the position of each access's next use (offline knowledge,
+    for the Belady bound; _NO_NEXT_USE if none) and each block's prefix tokens."""
+    next_pos = np.empty(blocks.size, np.float64)
+    last_pos = np.full(parent.size, _NO_NEXT_USE)
+    for a in range(blocks.size - 1, -1, -1):
+        next_pos[a] = last_pos[blocks[a]]
+        last_pos[blocks[a]] = a
+    prefix_tokens = np.zeros(parent.size, np.float64)
+    for b in range(parent.size):  # dense ids are in first-seen order, so a parent precedes its children
+        prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
+    return next_pos, prefix_tokens
+
+
 def _replay(
     f,
     params,
@@ -524,17 +555,7 @@ def _replay(
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size
-
-    # Offline knowledge for the Belady bound: the trace position of each access's next use.
-    next_pos = np.empty(n_acc, np.float64)
-    last_pos = np.full(nb, _NO_NEXT_USE)
-    for a in range(n_acc - 1, -1, -1):
-        next_pos[a] = last_pos[blocks[a]]
-        last_pos[blocks[a]] = a
-
-    prefix_tokens = np.zeros(nb, np.float64)
-    for b in range(nb):  # dense ids are in first-seen order, so a parent precedes its children
-        prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
+    next_pos, prefix_tokens = _trace_tables(blocks, parent, block_tokens)
 
     S = np.zeros((nb, _N_STATE), np.float64)  # zeros, so only the rows of blocks in use are ever paged in
     cached = np.zeros(nb, np.bool_)
@@ -638,17 +659,7 @@ def _requests(
     n_leaves, used, seq, pn, n_dirty, hand, has_evicted = 0, 0, 0, 0, 0, -1, False
 
     for r in range(n_req):
-        if r == counted_from:  # the requests before it only warmed the cache: nothing of theirs is counted
-            for c in range(counters.size):
-                counters[c] = 0
-        now = times[r]
-        a0 = offsets[r]
-        n = offsets[r + 1] - a0
-        counters[0] += 1
-
-        k = 0
-        while k < n and cached[blocks[a0 + k]]:
-            k += 1
+        now, a0, n, k = _arrival(r, counted_from, counters, times, offsets, blocks, cached)
         req_hits[r] = k
         _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps)
         turn_gap = req_gaps[r] / (req_turns[r] - 1.0) if req_turns[r] > 1.0 else 0.0
@@ -760,17 +771,13 @@ def _requests(
             for i in range(n_held):
                 pn = _heap_push(H, pn, held_s[i], S[held[i], _SEQ])
         elif need > 0:
-            steps = 0
-            limit = 4 * (used + 1)
-            while need > 0 and steps < limit:
-                has_evicted = has_evicted or policy == POLICY_S3FIFO
-                o, hand, steps = _queue_victim(
-                    policy, hand, steps, limit, pinned, nchild, queues, main_cap, ghost_cap
+            steps, limit = 0, 4 * (used + 1)
+            while need > 0:
+                o, hand, steps, has_evicted = _queue_next(
+                    policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap
                 )
-                if o == _NO_QUEUE:
-                    break
                 if o < 0:
-                    continue
+                    break
                 n_leaves, _ = _drop(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if record:
                     ev_req[counters[5]] = r
@@ -789,16 +796,9 @@ def _requests(
             used += 1
             S[b, _INSERTED] = now
             S[b, _HITS] = 0.0
-            p = parent[b]
-            if p >= 0:
-                if nchild[p] == 0:
-                    n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
-                    if track:
-                        _count_leaf(leaf_hits, S[p, _HITS], -1)
-                nchild[p] += 1
-            leaf_pos[b] = n_leaves
-            leaves[n_leaves] = b
-            n_leaves += 1
+            n_leaves, covered = _leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves)
+            if track and covered >= 0:
+                _count_leaf(leaf_hits, S[covered, _HITS], -1)
             if track:
                 _count_leaf(leaf_hits, 0.0, 1)
             if queued:
@@ -885,6 +885,38 @@ def _leaf_remove(b, leaves, leaf_pos, n_leaves):
     leaf_pos[last] = leaf_pos[b]
     leaf_pos[b] = -1
     return n_leaves - 1
+
+
+@njit(cache=True, inline="always")
+def _arrival(r, counted_from, counters, times, offsets, blocks, cached):
+    """Request r arrives: counted (from `counted_from` on: the requests before only warm the cache), its
+    time, where its blocks start, how many, and how many of them from the first are cached."""
+    if r == counted_from:
+        for c in range(counters.size):
+            counters[c] = 0
+    a0 = offsets[r]
+    n = offsets[r + 1] - a0
+    counters[0] += 1
+    k = 0
+    while k < n and cached[blocks[a0 + k]]:
+        k += 1
+    return times[r], a0, n, k
+
+
+@njit(cache=True, inline="always")
+def _leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves):
+    """Block b enters the cache as a leaf; returns the leaf count and the parent if it stopped being a leaf
+    (-1 if not)."""
+    p = parent[b]
+    covered = -1
+    if p >= 0:
+        if nchild[p] == 0:
+            n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
+            covered = p
+        nchild[p] += 1
+    leaf_pos[b] = n_leaves
+    leaves[n_leaves] = b
+    return n_leaves + 1, covered
 
 
 @njit(cache=True, inline="always")

@@ -19,9 +19,10 @@ def test_every_baseline_passes_the_static_check(name: str) -> None:
 def test_belady_bounds_every_policy_and_lru_equals_its_own_reference() -> None:
     (train, full) = TARGET.instances("gen:chat:2", {"capacity": 200})
     assert (train.role, full.role) == ("train", "eval")
+    programs = {name: check(source, TARGET.signatures) for name, source in TARGET.baselines().items()}
     rates = {
-        name: TARGET.evaluate(check(source, TARGET.signatures), full, {})["block_hit_rate"]
-        for name, source in TARGET.baselines().items()
+        name: TARGET.evaluate(program, full, program.defaults())["block_hit_rate"]
+        for name, program in programs.items()
     }
     rates |= {
         name: TARGET.evaluate_builtin(name, full)["block_hit_rate"] for name in TARGET.builtin_baselines()
