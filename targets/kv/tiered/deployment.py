@@ -24,10 +24,13 @@ its own link from its own drive, in parallel with the others.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from targets.base import Command, CommandResult, Option
 from targets.costmodel.model import CostModel
 from targets.costmodel.shapes import ModelShape
 
@@ -155,3 +158,41 @@ DEPLOYMENTS = {
 """The deployments a tiered cache is priced for: Llama-3-8B on one H100, Llama-3-70B on four (tensor
 parallel), each GPU with its host link and drive as above."""
 DEFAULT_DEPLOYMENT = "llama3-8b-h100"
+
+
+def costs(values: Mapping[str, Any]) -> CommandResult:
+    """Each deployment's price of a block: its bytes, loading it from host memory or disk, computing it."""
+    tokens, context = float(values.get("tokens") or 512), float(values.get("context") or 16384)
+    rows = []
+    for d in DEPLOYMENTS.values():
+        host, disk = (float(x[0]) for x in d.load_ms(np.array([tokens])))
+        near, far = (float(d.compute_ms(np.array([tokens]), np.array([c]))[0]) for c in (0.0, context))
+        rows.append(
+            {
+                "deployment": d.name,
+                "GPUs": d.tensor_parallel,
+                "MiB per GPU": round(tokens * d.kv_bytes_per_token() / 2**20, 3),
+                "host load ms": round(host, 3),
+                "disk load ms": round(disk, 3),
+                "compute ms, first": round(near, 3),
+                f"compute ms, after {context:g}": round(far, 3),
+            }
+        )
+    title = f"a block of {tokens:g} tokens: its KV bytes on each GPU, loading it back, computing it again"
+    return CommandResult(title, tuple(rows[0]), rows, rows)
+
+
+COMMANDS = (
+    Command(
+        "costs",
+        "what each deployment charges for a block: KV bytes per GPU, its load from host memory and from "
+        "disk, and computing it first in a prompt or after a long cached context",
+        (
+            Option("tokens", "int", 512, "tokens in the block", low=1),
+            Option(
+                "context", "int", 16384, "cached tokens before the block, for the second compute time", low=0
+            ),
+        ),
+        costs,
+    ),
+)

@@ -41,7 +41,7 @@ from ..target import (
     windowed_instances,
 )
 from .cache import DISK, GPU, HOST, TIER_COUNTERS, compiled_replay_tiered
-from .deployment import DEFAULT_DEPLOYMENT, DEPLOYMENTS
+from .deployment import COMMANDS, DEFAULT_DEPLOYMENT, DEPLOYMENTS
 from .features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
 from .properties import PROPERTIES
 
@@ -212,7 +212,7 @@ class TieredKVTarget:
         return (str(path.resolve()),) if path.is_file() else ()
 
     def commands(self) -> tuple[Command, ...]:
-        return ()
+        return COMMANDS
 
     def baselines(self) -> dict[str, str]:
         return packaged_baselines("targets.kv.tiered")

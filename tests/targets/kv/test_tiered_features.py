@@ -162,3 +162,14 @@ def test_the_tiered_speed_benchmark_runs_quick_and_states_its_aims() -> None:
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("aim")] == ["aim LRU", "aim time-varying"]
     assert sum(" 100+800 " in line or " 400+3200 " in line for line in lines) == 4
+
+
+def test_the_costs_command_prices_a_block_in_each_deployment() -> None:
+    (costs,) = TARGET.commands()
+    result = costs.run({"tokens": 512, "context": 16384})
+    by_name = {row["deployment"]: row for row in result.rows}
+    assert set(by_name) == set(DEPLOYMENTS)
+    eight = by_name["llama3-8b-h100"]
+    assert (eight["GPUs"], eight["MiB per GPU"], eight["host load ms"]) == (1, 64.0, 1.342)
+    assert eight["compute ms, first"] < eight["compute ms, after 16384"], "attention grows with the context"
+    assert by_name["llama3-70b-4xh100"]["MiB per GPU"] == 40.0
