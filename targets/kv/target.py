@@ -65,6 +65,25 @@ SHIPPED_CAPACITY = 2000
 """The head of the Mooncake conversation trace, shipped in targets/kv/workloads/ (see its README)."""
 
 
+WINDOW_OPTIONS = (
+    Option(
+        "train_share",
+        "float",
+        0.3,
+        "share of the requests, from the start, that PARAMS are tuned on",
+        low=0.01,
+        high=1.0,
+    ),
+    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
+    Option(
+        "warm",
+        "bool",
+        None,
+        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
+        "every feature's history, as a cache in service would, not empty",
+    ),
+)
+"""How a kv trace is cut into the part PARAMS are tuned on and the window scored (windowed_instances)."""
 OBJECTIVES = ("block_hit_rate", "prefill_ms_saved")
 """The metrics a kv run may maximize (the `objective` option)."""
 
@@ -85,22 +104,7 @@ OPTIONS = (
         "kernel profile that prices prefill time: a shipped one or a file written by `crucible profile`",
         choices=SHIPPED,
     ),
-    Option(
-        "train_share",
-        "float",
-        0.3,
-        "share of the requests, from the start, that PARAMS are tuned on",
-        low=0.01,
-        high=1.0,
-    ),
-    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
-    Option(
-        "warm",
-        "bool",
-        None,
-        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
-        "every feature's history, as a cache in service would, not empty",
-    ),
+    *WINDOW_OPTIONS,
     Option(
         "objective",
         "str",

@@ -33,6 +33,7 @@ from verifiers.static import check
 
 from ..prefix_cache import POLICY_KEY, POLICY_S3FIFO, POLICY_STATIC_KEY, TIME_VARYING, key_reads
 from ..target import (
+    WINDOW_OPTIONS,
     _sampled_block,
     blocks_option,
     load_workload,
@@ -106,22 +107,7 @@ OPTIONS = (
         "the model and GPUs that price prefill and loads (see targets/kv/tiered/deployment.py)",
         choices=tuple(DEPLOYMENTS),
     ),
-    Option(
-        "train_share",
-        "float",
-        0.3,
-        "share of the requests, from the start, that PARAMS are tuned on",
-        low=0.01,
-        high=1.0,
-    ),
-    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
-    Option(
-        "warm",
-        "bool",
-        None,
-        "replay the trace's requests before the window first, uncounted: the window meets the tiers, and "
-        "every feature's history, as a cache in service would, not empty",
-    ),
+    *WINDOW_OPTIONS,
 )
 _CARRIED = ("capacity", "host_capacity", "disk_capacity", "write", "deployment")
 """Options every job's instance carries: they change what a job measures."""

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numba
 import numpy as np
 import pytest
+from test_properties import _recording_lru
 
 from search.loop import brief
 from search.proposers.base import Entry, ProposalRequest
@@ -23,7 +23,6 @@ from targets.kv.tiered.cache import TIER_COUNTERS, compiled_replay_tiered
 from targets.kv.tiered.deployment import DEPLOYMENTS, LLAMA3_8B, LLAMA3_70B
 from targets.kv.tiered.features import N_TIER_COLUMNS, TIER_FEATURES, TIERED_COLUMNS, TIERED_FEATURES
 from targets.kv.tiered.target import TieredKVTarget
-from verifiers.compiler import SIGNATURE
 from verifiers.smt import prove
 from verifiers.static import check
 
@@ -32,23 +31,13 @@ TIER = tuple(f.name for f in TIER_FEATURES)
 _ROWS = 300_000
 
 
-@numba.njit(SIGNATURE)
-def _recording(X: np.ndarray, j: int, P: np.ndarray) -> float:
-    """Keeps every block (1.0, so keep says yes) and copies each row it scores into P (P[0] counts them)."""
-    n, width = int(P[0]), X.shape[1]
-    if 1 + (n + 1) * width <= P.shape[0]:
-        P[1 + n * width : 1 + (n + 1) * width] = X[j]
-        P[0] = n + 1
-    return 1.0 + 0.0 * X[j, 1]
-
-
 def test_the_declared_domains_and_relations_hold_on_every_block_the_tiers_score() -> None:
     trace = load_workload(str(shipped_workload_path()))
     store = np.zeros(1 + _ROWS * N_TIER_COLUMNS)
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     costs = DEPLOYMENTS["llama3-8b-h100"].request_costs(trace)
     counters, _ = compiled_replay_tiered()(
-        (False, _recording, _recording, _recording),
+        (False, _recording_lru, _recording_lru, _recording_lru),
         store,
         0,
         np.array([300, 600, 900]),
