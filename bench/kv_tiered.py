@@ -25,6 +25,7 @@ from targets.base import Instance
 from targets.kv.prefix_cache import POLICY_KEY, POLICY_STATIC_KEY, key_reads, population_reads
 from targets.kv.target import KVTarget, load_workload, replay_trace, shipped_workload_path
 from targets.kv.target import _compiled as single_key
+from targets.kv.tiered.cache import STATIC_BELOW
 from targets.kv.tiered.target import PRIORITY, TieredKVTarget, replay_tiered
 from targets.kv.tiered.target import _compiled as tiered_keys
 from verifiers.static import check
@@ -64,11 +65,11 @@ def main() -> None:
     single_varying = TIME_VARYING.split("\n\n\ndef keep")[0]  # the docstring and priority: a kv program
     keys = {
         "LRU": (
-            (True, *tiered_keys(tiered.baselines()["lru"])),
+            (STATIC_BELOW, *tiered_keys(tiered.baselines()["lru"])),
             KVTarget().baselines()["lru"],
             POLICY_STATIC_KEY,
         ),
-        "time-varying": ((False, *tiered_keys(TIME_VARYING)), single_varying, POLICY_KEY),
+        "time-varying": ((0, *tiered_keys(TIME_VARYING)), single_varying, POLICY_KEY),
     }
     trace = load_workload(workload)
     print(f"stream: {Path(workload).name}, {trace.n_accesses:,} block accesses; median of {repeats} replays")

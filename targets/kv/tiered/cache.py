@@ -64,20 +64,26 @@ from .features import N_TIER_COLUMNS, TIER_COLUMN
 
 GPU, HOST, DISK = 0, 1, 2
 # What the replay's helpers share, one tuple `ctx` (numba passes it whole; a global int indexes it
-# statically): the keys (whether below's key keeps its heap, then priority, keep and below), the PARAMS,
+# statically): the keys (the modes below, then priority, keep and below), the PARAMS,
 # the scoring row, the single-tier block state, the trace's tree, its blocks, the deployment's costs
 # (prefill per request and reuse, then per block recompute, host load, disk load), the GPU tier's flags (in
 # GPU memory, pinned, children there), the tiers below, the counters, and the capacities (GPU, host, disk)
 # followed by each one's use.
 _KEYS, _PARAMS, _ROW, _STATE, _TREE, _BLOCKS, _COSTS, _FLAGS, _LOWER, _COUNTERS, _CAPACITIES = range(11)
-_STATIC_BELOW, _PRIORITY, _KEEP, _BELOW = range(4)
+_MODES, _PRIORITY, _KEEP, _BELOW = range(4)
+STATIC_BELOW, BELOW_READS_PARENT, PRIORITY_READS_PARENT = 1, 2, 4
+"""Bits of `keys[_MODES]`: below's key reads no time-varying feature (one heap across requests); below's or
+priority's reads a parent's feature, which a sibling's request changes at any moment. A time-varying key
+that reads none scores its tier's evictable set anew when the clock has moved since it last did, else only
+the blocks touched since (as the single-tier cache does); one that reads one, at every request."""
 _PREFILL, _RECOMPUTE, _HOST_MS, _DISK_MS = range(4)
 # The tiers below, per block (the tier of its copy, its children cached anywhere and with a copy in host
 # memory, when it entered GPU memory and the tier below, the evictable set it is in and its place there),
-# per tier (membership, the set's blocks and size, its heap and entries, the request a time-varying key
-# last scored it at), and scratch for the pinned blocks a pop passes over.
+# per tier (membership, the set's blocks and size, its heap and entries, the epoch a time-varying key last
+# scored it at: GPU memory's at 0), scratch for the pinned blocks a pop passes over, and the epochs of now
+# (GPU memory's and the tiers below's: the time, or the request where the key reads a parent's feature).
 (_LOW, _KIDS, _KHOST, _GPU_SINCE, _LOW_SINCE, _WHERE, _LIST_POS) = range(7)
-(_MEMBER, _LISTS, _N_LIST, _HEAPS, _N_HEAP, _SCORED, _HELD, _HELD_S) = range(7, 15)
+(_MEMBER, _LISTS, _N_LIST, _HEAPS, _N_HEAP, _SCORED, _HELD, _HELD_S, _EPOCH) = range(7, 16)
 TIER_COUNTERS = (
     *COUNTERS,
     "host_hits",
@@ -172,7 +178,7 @@ def _relist(b, now, r, ctx):
         lists[want, n_list[want]] = b
         n_list[want] += 1
         member[want, b] = True
-        if ctx[_KEYS][_STATIC_BELOW] or lower[_SCORED][want] == r:
+        if ctx[_KEYS][_MODES] & STATIC_BELOW or lower[_SCORED][want] == lower[_EPOCH][1]:
             _push_below(b, want, now, r, ctx)
 
 
@@ -204,7 +210,8 @@ def _free(t, now, r, ctx):
     none can go; the caller says where it goes."""
     S, blocks, pinned, lower = ctx[_STATE], ctx[_BLOCKS], ctx[_FLAGS][1], ctx[_LOWER]
     H, n_heap, scored = lower[_HEAPS][t], lower[_N_HEAP], lower[_SCORED]
-    if not ctx[_KEYS][_STATIC_BELOW] and scored[t] != r:  # a time-varying key: the set scored right now
+    epoch = lower[_EPOCH][1]
+    if not ctx[_KEYS][_MODES] & STATIC_BELOW and scored[t] != epoch:  # scores from another moment: anew
         pn = 0
         for i in range(lower[_N_LIST][t]):
             b = lower[_LISTS][t, i]
@@ -213,7 +220,7 @@ def _free(t, now, r, ctx):
                 pn += 1
         _heapify(H, pn)
         n_heap[t] = pn
-        scored[t] = r
+        scored[t] = epoch
     children = lower[_KHOST] if t == HOST else lower[_KIDS]
     held, held_s = lower[_HELD], lower[_HELD_S]
     b, pn, n_held = _pop_leaf(H, n_heap[t], blocks, lower[_MEMBER][t], children, pinned, S, held, held_s, 0)
@@ -301,13 +308,14 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
     """The requests in turn, over the arrays _replay_tiered made (without reference counting, as the
     single-tier replay, since it allocates nothing)."""
     S, blocks, counters, capacities = ctx[_STATE], ctx[_BLOCKS], ctx[_COUNTERS], ctx[_CAPACITIES]
-    f_gpu = ctx[_KEYS][_PRIORITY]
+    modes, f_gpu = ctx[_KEYS][_MODES], ctx[_KEYS][_PRIORITY]
     times, offsets, next_pos = trace
     parent, block_tokens = ctx[_TREE][0], ctx[_TREE][2]
     prefill, host_ms, disk_ms = ctx[_COSTS][_PREFILL], ctx[_COSTS][_HOST_MS], ctx[_COSTS][_DISK_MS]
     gpu, pinned, nchild = ctx[_FLAGS]
     lower = ctx[_LOWER]
     low, kids, gpu_since, where = lower[_LOW], lower[_KIDS], lower[_GPU_SINCE], lower[_WHERE]
+    scored, epoch = lower[_SCORED], lower[_EPOCH]
     seen, leaves, leaf_pos, H, held, held_s, ewma = gpu_keyed
     ttft, req_turns, req_gaps = out
     ghost_hit = queues[7]
@@ -324,6 +332,8 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
     for r in range(n_req):
         # The longest prefix cached anywhere: in GPU memory first (it is prefix-closed), then below.
         now, a0, n, k = _arrival(r, counted_from, counters, times, offsets, blocks, gpu)
+        epoch[0] = r if modes & PRIORITY_READS_PARENT else now
+        epoch[1] = r if modes & BELOW_READS_PARENT else now
         found = k
         while found < n and low[blocks[a0 + found]] > 0:
             found += 1
@@ -359,7 +369,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
 
         need = used + (n - k) - capacity
         if need > 0 and keyed:
-            if not static:  # a time-varying key: every evictable leaf scored at this moment
+            if not static and scored[0] != epoch[0]:  # scores from another moment: all leaves anew
                 pn = 0
                 for i in range(n_leaves):
                     b = leaves[i]
@@ -367,6 +377,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
                         H[2 * pn], H[2 * pn + 1] = _tier_score(f_gpu, b, GPU, now, r, ctx), S[b, _SEQ]
                         pn += 1
                 _heapify(H, pn)
+                scored[0] = epoch[0]
             n_held = 0
             while need > 0:
                 b, pn, n_held = _pop_leaf(H, pn, blocks, gpu, nchild, pinned, S, held, held_s, n_held)
@@ -420,10 +431,10 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             pinned[b] = False
             if queued:
                 ghost_hit[b] = False
-            if static and gpu[b] and nchild[b] == 0:  # touched: scored anew
+            if gpu[b] and nchild[b] == 0 and (static or scored[0] == epoch[0]):  # touched: scored anew
                 pn = _push(H, pn, _tier_score(f_gpu, b, GPU, now, r, ctx), b, S, blocks, gpu, nchild)
-            elif not gpu[b] and where[b] > 0 and ctx[_KEYS][_STATIC_BELOW]:  # found below, not taken in
-                _push_below(b, where[b], now, r, ctx)  # touched: scored anew
+            elif not gpu[b] and where[b] > 0 and (modes & STATIC_BELOW or scored[where[b]] == epoch[1]):
+                _push_below(b, where[b], now, r, ctx)  # found below, not taken in, touched: scored anew
 
 
 def _replay_tiered(
@@ -466,9 +477,10 @@ def _replay_tiered(
         np.zeros(3, np.int64),  # n_list
         np.empty((3, 2 * room), np.float64),  # heaps
         np.zeros(3, np.int64),  # n_heap
-        np.full(3, -1, np.int64),  # scored
+        np.full(3, np.nan),  # scored
         np.empty(max_len + 1, np.int64),  # held
         np.empty(max_len + 1, np.float64),  # held_s
+        np.zeros(2, np.float64),  # epoch
     )
     counters = np.zeros(len(TIER_COUNTERS), np.int64)
     used = np.zeros(6, np.int64)
@@ -509,7 +521,7 @@ def _replay_tiered(
 _I64 = types.int64[::1]
 _F64 = types.float64[::1]
 _SIGNATURE = types.Tuple((_I64, _F64))(
-    types.Tuple((types.boolean, FUNCTION_TYPE, FUNCTION_TYPE, FUNCTION_TYPE)),
+    types.Tuple((types.int64, FUNCTION_TYPE, FUNCTION_TYPE, FUNCTION_TYPE)),
     _F64,
     types.int64,
     _I64,

@@ -41,7 +41,16 @@ from ..target import (
     shipped_workload_path,
     windowed_instances,
 )
-from .cache import DISK, GPU, HOST, TIER_COUNTERS, compiled_replay_tiered
+from .cache import (
+    BELOW_READS_PARENT,
+    DISK,
+    GPU,
+    HOST,
+    PRIORITY_READS_PARENT,
+    STATIC_BELOW,
+    TIER_COUNTERS,
+    compiled_replay_tiered,
+)
 from .deployment import COMMANDS, DEFAULT_DEPLOYMENT, DEPLOYMENTS
 from .features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
 from .properties import PROPERTIES
@@ -220,13 +229,12 @@ class TieredKVTarget:
         keys = _compiled(program.source)
         values = np.array([float(params[name]) for name in program.param_names()], dtype=np.float64)
         gpu = POLICY_KEY if _time_varying(program, PRIORITY.name) else POLICY_STATIC_KEY
-        static_below = not _time_varying(program, BELOW.name)
-        return tiered_metrics(instance, (static_below, *keys), values, gpu)
+        return tiered_metrics(instance, (_modes(program), *keys), values, gpu)
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         if name == "belady":
-            return tiered_metrics(instance, (True, *_belady_keys()), np.zeros(0), POLICY_STATIC_KEY)
-        lru = (True, *_compiled(self.baselines()["lru"]))
+            return tiered_metrics(instance, (STATIC_BELOW, *_belady_keys()), np.zeros(0), POLICY_STATIC_KEY)
+        lru = (STATIC_BELOW, *_compiled(self.baselines()["lru"]))
         if name == "s3fifo":
             return tiered_metrics(instance, lru, np.zeros(0), POLICY_S3FIFO)
         if name == "lru-write-through":
@@ -288,6 +296,14 @@ def replay_tiered(
 def _time_varying(program: Program, name: str) -> bool:
     """Whether a key reads a feature that changes while its block sits untouched (scored at each round)."""
     return bool(key_reads(program, name) & TIER_TIME_VARYING)
+
+
+def _modes(program: Program) -> int:
+    """How the replay scores the keys (cache.py's mode bits): from the features each reads."""
+    parent = {"parent_age", "parent_requests"}
+    static = 0 if _time_varying(program, BELOW.name) else STATIC_BELOW
+    below = BELOW_READS_PARENT if key_reads(program, BELOW.name) & parent else 0
+    return static | below | (PRIORITY_READS_PARENT if key_reads(program, PRIORITY.name) & parent else 0)
 
 
 @functools.lru_cache(maxsize=16)

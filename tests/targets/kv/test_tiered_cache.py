@@ -16,7 +16,7 @@ from test_prefix_cache import prefix_traces
 from targets.base import Instance
 from targets.kv.prefix_cache import POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, load_workload, shipped_workload_path
-from targets.kv.tiered.cache import DISK, HOST, TIER_COUNTERS, compiled_replay_tiered
+from targets.kv.tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, compiled_replay_tiered
 from targets.kv.tiered.deployment import DEPLOYMENTS
 from targets.kv.tiered.target import TieredKVTarget, _compiled
 from targets.kv.trace import Trace
@@ -48,6 +48,8 @@ PARAMS = {"a": (-5.0, 5.0), "c": (-5.0, 5.0)}
 def priority(b, p):
     return p.a * b.hits - b.age + p.c * b.depth + b.evictions - b.parent_age / 10.0
 '''
+_TIME_VARYING_OWN = _TIME_VARYING.replace(" - b.parent_age / 10.0", "")
+"""A time-varying key that reads no parent's feature: its scores hold while the clock stands still."""
 COSTS = DEPLOYMENTS["llama3-8b-h100"]
 
 
@@ -61,19 +63,22 @@ def _eval(target: KVTarget | TieredKVTarget, workload: str, config: dict[str, ob
 
 
 @pytest.mark.parametrize(
-    "name", [*sorted(KV.baselines()), "time-varying", "s3fifo", "sieve"], ids=lambda n: str(n)
+    "name",
+    [*sorted(KV.baselines()), "time-varying", "time-varying-own", "s3fifo", "sieve"],
+    ids=lambda n: str(n),
 )
 def test_with_no_room_below_the_tiers_are_the_single_tier_cache_counter_for_counter(name: str) -> None:
     single = _eval(KV, HEAD, {"capacity": 400})
     tiered = _eval(TIERED, HEAD, {"capacity": 400, "host_capacity": 0})
     if name in ("s3fifo", "sieve"):
         expected = KV.evaluate_builtin(name, single)
-        keys = (True, *_compiled(_tiered(KV.baselines()["lru"])))
+        keys = (STATIC_BELOW, *_compiled(_tiered(KV.baselines()["lru"])))
         policy = POLICY_S3FIFO if name == "s3fifo" else POLICY_SIEVE
         counters, _, _ = _replay(tiered, keys, policy)
         got = dict(zip(TIER_COUNTERS, counters.tolist(), strict=True))
     else:
-        source = _TIME_VARYING if name == "time-varying" else KV.baselines()[name]
+        sources = {"time-varying": _TIME_VARYING, "time-varying-own": _TIME_VARYING_OWN}
+        source = sources.get(name) or KV.baselines()[name]
         program = check(source, KV.signatures)
         expected = KV.evaluate(program, single, program.defaults())
         both = check(_tiered(source), TIERED.signatures)
@@ -137,7 +142,7 @@ def test_a_tier_with_unlimited_room_gives_every_reuse_in_the_trace(config: dict[
 
 def test_a_prefix_found_below_is_computed_again_where_the_link_is_slower_than_the_gpu() -> None:
     instance = _eval(TIERED, HEAD, {"capacity": 400, "host_capacity": 10**6})
-    keys = (True, *_compiled(TIERED.baselines()["lru"]))
+    keys = (STATIC_BELOW, *_compiled(TIERED.baselines()["lru"]))
     prefill, recompute, host_ms, disk_ms = COSTS.request_costs(load_workload(HEAD))
     fast, _, trace = _replay(instance, keys, POLICY_STATIC_KEY)
     slow, ttft, _ = _replay(instance, keys, POLICY_STATIC_KEY, (prefill, recompute, host_ms * 1e4, disk_ms))
@@ -160,17 +165,14 @@ def test_keeping_nothing_below_leaves_the_single_tier_cache() -> None:
 
 
 @pytest.mark.parametrize("tier", ["priority", "below"])
-def test_a_time_varying_key_evicts_what_its_static_equivalent_evicts(tier: str) -> None:
-    """-age orders blocks as last_access does at any one moment: scoring every round agrees with the heap."""
+@pytest.mark.parametrize("key", ["-b.age", "-b.age - 0.0 * b.parent_age"], ids=["own", "parent"])
+def test_a_time_varying_key_evicts_what_its_static_equivalent_evicts(tier: str, key: str) -> None:
+    """-age orders blocks as last_access does at any one moment, so scoring a tier anew when the clock moves
+    (or at every request, for a key reading a parent's feature) evicts what the static heap evicts."""
     static = check(TIERED.baselines()["lru"], TIERED.signatures)
+    lru = f"def {tier}(b, p):\n    return b.last_access"
     varying = check(
-        TIERED.baselines()["lru"].replace(
-            "def priority(b, p):\n    return b.last_access"
-            if tier == "priority"
-            else "def below(b, p):\n    return b.last_access",
-            f"def {tier}(b, p):\n    return -b.age",
-        ),
-        TIERED.signatures,
+        TIERED.baselines()["lru"].replace(lru, f"def {tier}(b, p):\n    return {key}"), TIERED.signatures
     )
     assert varying.source != static.source
     instance = _eval(TIERED, HEAD, {"capacity": 300, "host_capacity": 1500, "disk_capacity": 3000})
@@ -294,7 +296,7 @@ def test_the_tiers_keep_their_rules_as_a_plain_reference_of_them_does(
 ) -> None:
     disk = disk if host else 0
     name = "second_sighting" if second_sighting else "lru"
-    keys = (True, *_compiled(TIERED.baselines()[name]))
+    keys = (STATIC_BELOW, *_compiled(TIERED.baselines()[name]))
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     capacities = np.array([gpu, host, disk], dtype=np.int64)
     counters, ttft = compiled_replay_tiered()(

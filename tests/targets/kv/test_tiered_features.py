@@ -37,7 +37,7 @@ def test_the_declared_domains_and_relations_hold_on_every_block_the_tiers_score(
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     costs = DEPLOYMENTS["llama3-8b-h100"].request_costs(trace)
     counters, _ = compiled_replay_tiered()(
-        (False, _recording_lru, _recording_lru, _recording_lru),
+        (0, _recording_lru, _recording_lru, _recording_lru),
         store,
         0,
         np.array([300, 600, 900]),
