@@ -108,9 +108,9 @@ OPTIONS = (
     Option(
         "objective",
         "str",
-        "block_hit_rate",
-        "what a run maximizes: the block hit rate, or the prefill time the hits save (priced with the "
-        "profile: a deep block saves more than a shallow one)",
+        None,
+        "what a run maximizes: block_hit_rate (unset), or prefill_ms_saved, the prefill time the hits save "
+        "(priced with the profile: a deep block saves more than a shallow one)",
         choices=OBJECTIVES,
     ),
 )
@@ -146,7 +146,7 @@ class KVTarget:
 
     def objective_for(self, options: Mapping[str, Any]) -> Objective:
         """The objective a run with these options maximizes: the `objective` option's metric."""
-        metric = str(options.get("objective", self.objective.metric))
+        metric = str(options.get("objective") or self.objective.metric)
         if metric not in OBJECTIVES:
             raise OptionError(f"option objective: {metric!r} is not one of {', '.join(OBJECTIVES)}")
         return Objective(metric, "maximize")
