@@ -10,17 +10,19 @@ Mechanism, as SGLang's HiCache (HiRadixCache), vLLM's KV offloading and LMCache 
   (every loaded block's transfer plus the prefill of the rest); what it loads or computes enters GPU memory;
 - a block leaving GPU memory without a copy below is written to host memory if `keep` scores it above 0
   (write-back) and dropped otherwise; with write-through every block is written when it enters GPU memory;
-- a tier below that needs room evicts its lowest `below` among its blocks that are leaves of the whole
-  cache (no child in any tier: dropping one never strands a cached descendant) and not in GPU memory; a
-  host block leaving goes to disk if there is one and `keep` scores it above 0, else it is dropped;
-- a block with children below is always kept when it leaves GPU memory (its descendants need it), and one
-  whose lower tier has no room to make is dropped (a failed write): a hit still needs its whole prefix, so
+- a tier below that needs room evicts its lowest `below` among its blocks not in GPU memory that no cached
+  descendant needs there: in host memory, a block no child has a copy of in host memory (one whose children
+  are on disk moves down with them); on disk, a block with no child cached anywhere. A host block leaving
+  goes to disk if there is one and it has children there or `keep` scores it above 0, else it is dropped;
+- a block with children cached below is always kept when it leaves GPU memory (its descendants need it),
+  and one whose tier has no room to make is dropped (a failed write): a hit still needs its whole prefix, so
   descendants it leaves behind wait until a request computes it again.
 
 Scores are taken as the single-tier cache takes them, at the arrival time of the request that needs room:
 a key that reads no time-varying feature keeps one heap per tier across requests (pushed when a block is
-touched or joins a tier's evictable set); a time-varying key scores the tier's whole evictable set anew
-at the first eviction of each request. With no room below, this is the single-tier mechanism exactly.
+touched or joins a tier's evictable set); a time-varying key scores its tier's whole evictable set anew
+when the clock has moved since it last did (at every request if it reads a parent's feature) and otherwise
+only the blocks touched since. With no room below, this is the single-tier mechanism exactly (tests).
 """
 
 from __future__ import annotations
