@@ -423,6 +423,13 @@ class TargetBase:
         return None
 
 
+def objective_of(target: Target, options: Mapping[str, Any]) -> Objective:
+    """What a run of the target with these options optimizes: its `objective_for(options)` where it lets
+    an option choose (kv: hit rate or prefill time saved), else its one objective."""
+    chooses = getattr(target, "objective_for", None)
+    return chooses(options) if chooses is not None else target.objective
+
+
 @runtime_checkable
 class Windowed(Protocol):
     """A target whose workloads are requests in time order and whose `requests` option (START:STOP) windows

@@ -35,7 +35,7 @@ from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Propos
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
 from search.store.tables import BASELINE, Candidate
-from targets.base import Target
+from targets.base import Objective, Target, objective_of
 from verifiers.program import Program
 from verifiers.properties import Domain, Outcome
 from verifiers.smt import Verifier
@@ -56,14 +56,17 @@ class Reporter:
     def note(self, message: str) -> None: ...
 
 
-def brief(target: Target) -> TargetBrief:
+def brief(target: Target, objective: Objective | None = None) -> TargetBrief:
+    """What a proposer may know of the target, with what the run optimizes (the target's own objective
+    unless an option chose another)."""
+    chosen = objective or target.objective
     return TargetBrief(
         name=target.name,
         description=target.description,
         signatures=target.signatures,
         registries={s.name: target.registry(s.name) for s in target.signatures},
-        objective=target.objective.metric,
-        direction=target.objective.direction,
+        objective=chosen.metric,
+        direction=chosen.direction,
     )
 
 
@@ -102,7 +105,8 @@ class Search:
         self.instances = run_instances(
             self.target, self.config.workload, self.config.options, self.config.select
         )
-        self.maximize = self.target.objective.direction == "maximize"
+        self.objective = objective_of(self.target, self.config.options)
+        self.maximize = self.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
         self.verifier = Verifier()
@@ -258,7 +262,8 @@ class Search:
             return
         self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
         eval_only = tuple(i for i in self.instances if i.role == "eval")
-        jobs = [self._job(row, tune=False) for row in rows]
+        tuned = getattr(self.target, "tuned_baselines", ())  # constants a baseline fits on the train part
+        jobs = [self._job(row, tune=row.name in tuned) for row in rows]
         jobs += [
             Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
         ]
@@ -321,7 +326,7 @@ class Search:
             if self._cap_reached():
                 return None
             request = ProposalRequest(
-                target=brief(self.target),
+                target=brief(self.target, self.objective),
                 parent=parent,
                 inspirations=inspirations,
                 failures=failures,
@@ -407,11 +412,12 @@ class Search:
     def _job(self, row: Candidate, tune: bool = True) -> Job:
         tuning = None
         if tune:
+            baseline = row.proposer == BASELINE  # never gated nor a duplicate: it anchors the report
             tuning = Tuning(
                 trials=self.config.trials,
-                seed=self.config.seed * 100_003 + row.seq,
-                gate=self._gate(row.seq),
-                seen=tuple(self._behaviours(row.seq)),
+                seed=(self.config.seed * 100_003 + row.seq) % 2**32,  # a baseline's seq is < 0
+                gate=None if baseline else self._gate(row.seq),
+                seen=() if baseline else tuple(self._behaviours(row.seq)),
             )
         return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
 
@@ -444,7 +450,7 @@ class Search:
         )
 
     def _record(self, row: Candidate, result: Result) -> None:
-        metric = self.target.objective.metric
+        metric = self.objective.metric
         train = [i.metrics[metric] for i in result.instances if i.role == "train" and metric in i.metrics]
         evals = [i.metrics[metric] for i in result.instances if i.role == "eval" and metric in i.metrics]
         row.train_score = sum(train) / len(train) if train else None

@@ -25,7 +25,7 @@ from search.stats import pareto
 from search.stats.means import mean_metrics
 from search.store.store import TUNE, Store
 from search.store.tables import BASELINE, Candidate, Evaluation, Event, Run
-from targets.base import Objective, Target
+from targets.base import Objective, Target, objective_of
 from verifiers.static import StaticError, check, render
 
 RAN = ("evaluated", "gated")
@@ -581,7 +581,7 @@ class ReadModel:
         if run.kind == "tune" and tune:
             first = tune["objectives"][0]
             return Objective(first["metric"], first["direction"])
-        return _target(run).objective
+        return objective_of(_target(run), json.loads(run.config).get("options", {}))
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""

@@ -333,7 +333,7 @@ class CostModel:
         gemm, norm, act = (self.profile.operator(op) for op in ("gemm", "norm", "act"))
         return (
             2 * norm.predict(m=m, width=h)
-            + gemm.predict(m=m, k=h, n=3 * width)
+            + gemm.predict(m=m, k=h, n=width + 2 * self.model.kv_width)
             + gemm.predict(m=m, k=width, n=h)
             + gemm.predict(m=m, k=h, n=2 * f)
             + act.predict(m=m, width=f)

@@ -17,6 +17,13 @@ class ModelShape:
     head_dim: int
     ffn: int
     vocab: int
+    kv_heads: int | None = None
+    """Key-value heads where they are fewer than the query heads (grouped-query attention); None: as many."""
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys (or of the values) of one token in one layer."""
+        return (self.kv_heads or self.heads) * self.head_dim
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

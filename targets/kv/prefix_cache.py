@@ -245,6 +245,49 @@ def _fill_row(X, b, now, requests, S, tree, skip):
 
 
 @njit(cache=True, inline="always")
+def _touch(b, last, r, now, seq, turns, turn_gap, next_use, S, seen, parent):
+    """Record request r's access of block b at `now`, access number `seq` (`last`: the request ends at b): the
+    block's first, previous and latest access and their count, where the request left it, its conversation
+    (turns, mean gap) and, for the Belady bound, the position of its next use; its parent's fanout if new."""
+    if not seen[b]:
+        seen[b] = True
+        if parent[b] >= 0:
+            S[parent[b], _FANOUT] += 1.0
+    if S[b, _ACCESSES] == 0.0:
+        S[b, _FIRST] = now
+        S[b, _PREV] = now
+    else:
+        S[b, _PREV] = S[b, _LAST]
+    S[b, _LAST] = now
+    S[b, _ACCESSES] += 1.0
+    S[b, _SEQ] = seq
+    S[b, _FRONTIER] = 1.0 if last else 0.0
+    S[b, _REQUEST] = r
+    S[b, _TURNS] = turns
+    S[b, _TURN_GAP] = turn_gap
+    S[b, _NEXT_USE] = next_use
+
+
+@njit(cache=True, inline="always")
+def _pop_leaf(H, pn, blocks, member, children, pinned, S, held, held_s, n_held):
+    """Pop a key's heap down to its first entry still valid (the block a `member` with no `children`, not
+    touched since it was pushed); pinned ones popped on the way wait in `held`. Returns the block (-1 if the
+    heap ran out), the entries left and how many are held."""
+    while pn > 0:
+        score, pushed_seq = H[0], H[1]
+        b = blocks[int(pushed_seq) - 1]  # seq counts the accesses from 1
+        pn = _heap_pop(H, pn)
+        if not (member[b] and children[b] == 0 and pushed_seq == S[b, _SEQ]):
+            continue  # stale: evicted, grown a child, or touched (and pushed again) since
+        if pinned[b]:
+            held[n_held], held_s[n_held] = b, score
+            n_held += 1
+            continue
+        return b, pn, n_held
+    return -1, pn, n_held
+
+
+@njit(cache=True, inline="always")
 def _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps):
     """Whether request r is the next turn of an earlier one, and if so count it in that conversation.
 
@@ -387,6 +430,113 @@ def _q_remove(b, qid, nxt, prv, head, tail, size):
     size[q] -= 1
 
 
+@njit(cache=True, inline="always")
+def _queue_access(b, hit, queues):
+    """A queue policy sees request access b: a hit counts toward its frequency (at most 3, as both keep
+    it); a miss found in S3-FIFO's ghost leaves it, marked to go to main when inserted."""
+    qid, nxt, prv, head, tail, size, freq, ghost_hit = queues
+    if hit:
+        freq[b] = min(freq[b] + 1, 3)
+    elif qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out
+        _q_remove(b, qid, nxt, prv, head, tail, size)
+        ghost_hit[b] = True
+
+
+@njit(cache=True, inline="always")
+def _queue_insert(b, policy, has_evicted, small_cap, queues):
+    """A block entering the cache joins SIEVE's queue, or S3-FIFO's main (back from its ghost, or while small
+    is full before the first eviction) or small FIFO."""
+    qid, nxt, prv, head, tail, size, freq, ghost_hit = queues
+    freq[b] = 0
+    if policy == POLICY_SIEVE:
+        _q_push_head(_Q_MAIN, b, qid, nxt, prv, head, tail, size)
+    elif policy == POLICY_S3FIFO:
+        to_main = ghost_hit[b] or (not has_evicted and size[_Q_SMALL] >= small_cap)
+        _q_push_head(_Q_MAIN if to_main else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
+
+
+_NO_QUEUE = -2
+"""What _queue_victim returns when the queue it would evict from is empty."""
+
+
+@njit(cache=True, inline="always")
+def _queue_victim(policy, hand, steps, limit, pinned, nchild, queues, main_cap, ghost_cap):
+    """One round of a queue policy: SIEVE moves its hand one block, S3-FIFO picks small or main once and
+    pops it until a block leaves (moved blocks as each policy moves them; pinned blocks and blocks with cached
+    children go back as if recently used). Returns the block to evict, taken out of its queue (-1 if none
+    this round, _NO_QUEUE if the queue is empty), the hand and the steps taken so far (at most `limit`)."""
+    qid, nxt, prv, head, tail, size, freq, _ = queues
+    if policy == POLICY_SIEVE:
+        steps += 1
+        o = hand if hand >= 0 else tail[_Q_MAIN]
+        if o < 0:
+            return _NO_QUEUE, hand, steps
+        hand = prv[o] if prv[o] >= 0 else tail[_Q_MAIN]
+        if freq[o] > 0:
+            freq[o] = 0
+            return -1, hand, steps
+        if pinned[o] or nchild[o] > 0:
+            return -1, hand, steps
+        if hand == o:
+            hand = -1
+        _q_remove(o, qid, nxt, prv, head, tail, size)
+        return o, hand, steps
+    q = _Q_MAIN if size[_Q_MAIN] > main_cap or size[_Q_SMALL] == 0 else _Q_SMALL
+    if size[q] == 0:
+        return _NO_QUEUE, hand, steps
+    o = -1
+    while o < 0 and size[q] > 0 and steps < limit:
+        steps += 1
+        c = tail[q]
+        _q_remove(c, qid, nxt, prv, head, tail, size)
+        if pinned[c] or nchild[c] > 0:
+            _q_push_head(q, c, qid, nxt, prv, head, tail, size)
+        elif q == _Q_SMALL and freq[c] >= _S3_MOVE_TO_MAIN:
+            freq[c] = 0
+            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
+        elif q == _Q_MAIN and freq[c] >= 1:
+            freq[c] -= 1
+            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
+        else:
+            o = c
+    if o >= 0 and q == _Q_SMALL and ghost_cap > 0:
+        if size[_Q_GHOST] >= ghost_cap:
+            _q_remove(tail[_Q_GHOST], qid, nxt, prv, head, tail, size)
+        _q_push_head(_Q_GHOST, o, qid, nxt, prv, head, tail, size)
+    return o, hand, steps
+
+
+@njit(cache=True, inline="always")
+def _queue_next(policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap):
+    """The next block a queue policy evicts, taken out of its queue, or -1 if it gives none within `limit`
+    steps; with the hand, the steps taken and whether S3-FIFO has evicted yet."""
+    while steps < limit:
+        has_evicted = has_evicted or policy == POLICY_S3FIFO
+        o, hand, steps = _queue_victim(
+            policy, hand, steps, limit, pinned, nchild, queues, main_cap, ghost_cap
+        )
+        if o == _NO_QUEUE:
+            break
+        if o >= 0:
+            return o, hand, steps, has_evicted
+    return -1, hand, steps, has_evicted
+
+
+@njit(cache=True)
+def _trace_tables(blocks, parent, block_tokens):
+    """What the replay derives from the trace: the position of each access's next use (offline knowledge,
+    for the Belady bound; _NO_NEXT_USE if none) and each block's prefix tokens."""
+    next_pos = np.empty(blocks.size, np.float64)
+    last_pos = np.full(parent.size, _NO_NEXT_USE)
+    for a in range(blocks.size - 1, -1, -1):
+        next_pos[a] = last_pos[blocks[a]]
+        last_pos[blocks[a]] = a
+    prefix_tokens = np.zeros(parent.size, np.float64)
+    for b in range(parent.size):  # dense ids are in first-seen order, so a parent precedes its children
+        prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
+    return next_pos, prefix_tokens
+
+
 def _replay(
     f,
     params,
@@ -405,17 +555,7 @@ def _replay(
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size
-
-    # Offline knowledge for the Belady bound: the trace position of each access's next use.
-    next_pos = np.empty(n_acc, np.float64)
-    last_pos = np.full(nb, _NO_NEXT_USE)
-    for a in range(n_acc - 1, -1, -1):
-        next_pos[a] = last_pos[blocks[a]]
-        last_pos[blocks[a]] = a
-
-    prefix_tokens = np.zeros(nb, np.float64)
-    for b in range(nb):  # dense ids are in first-seen order, so a parent precedes its children
-        prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
+    next_pos, prefix_tokens = _trace_tables(blocks, parent, block_tokens)
 
     S = np.zeros((nb, _N_STATE), np.float64)  # zeros, so only the rows of blocks in use are ever paged in
     cached = np.zeros(nb, np.bool_)
@@ -503,7 +643,7 @@ def _requests(
     S, cached, pinned, seen, nchild, leaves, leaf_pos = state
     X, row_block, tmp_hits, tmp_age, hit_counts, leaf_hits, basis, dirty, marked = scratch
     H, held, held_s = heap
-    qid, nxt, prv, head, tail, size, freq, ghost_hit = queues
+    ghost_hit = queues[7]
     counters, req_hits, req_turns, req_gaps, ewma, ev_req, ev_block = out
     n_req = offsets.size - 1
     # A key reading the hit percentiles but no age one keeps every leaf's hits counted as leaves come and go
@@ -519,17 +659,7 @@ def _requests(
     n_leaves, used, seq, pn, n_dirty, hand, has_evicted = 0, 0, 0, 0, 0, -1, False
 
     for r in range(n_req):
-        if r == counted_from:  # the requests before it only warmed the cache: nothing of theirs is counted
-            for c in range(counters.size):
-                counters[c] = 0
-        now = times[r]
-        a0 = offsets[r]
-        n = offsets[r + 1] - a0
-        counters[0] += 1
-
-        k = 0
-        while k < n and cached[blocks[a0 + k]]:
-            k += 1
+        now, a0, n, k = _arrival(r, counted_from, counters, times, offsets, blocks, cached)
         req_hits[r] = k
         _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps)
         turn_gap = req_gaps[r] / (req_turns[r] - 1.0) if req_turns[r] > 1.0 else 0.0
@@ -537,23 +667,7 @@ def _requests(
         for i in range(n):
             b = blocks[a0 + i]
             seq += 1
-            if not seen[b]:
-                seen[b] = True
-                if parent[b] >= 0:
-                    S[parent[b], _FANOUT] += 1.0
-            if S[b, _ACCESSES] == 0.0:
-                S[b, _FIRST] = now
-                S[b, _PREV] = now
-            else:
-                S[b, _PREV] = S[b, _LAST]
-            S[b, _LAST] = now
-            S[b, _ACCESSES] += 1.0
-            S[b, _SEQ] = seq
-            S[b, _FRONTIER] = 1.0 if i == n - 1 else 0.0
-            S[b, _REQUEST] = r
-            S[b, _TURNS] = req_turns[r]
-            S[b, _TURN_GAP] = turn_gap
-            S[b, _NEXT_USE] = next_pos[a0 + i]
+            _touch(b, i == n - 1, r, now, seq, req_turns[r], turn_gap, next_pos[a0 + i], S, seen, parent)
             counters[1] += 1
             counters[3] += block_tokens[b]
             if i < k:
@@ -565,11 +679,8 @@ def _requests(
                     _count_leaf(leaf_hits, S[b, _HITS], 1)
                 _ewma(ewma, 0, now - S[b, _PREV])  # its access before this one
                 pinned[b] = True
-                if queued:
-                    freq[b] = min(freq[b] + 1, 3)
-            elif queued and qid[b] == _Q_GHOST:  # seen at the miss, before evictions can push it out
-                _q_remove(b, qid, nxt, prv, head, tail, size)
-                ghost_hit[b] = True
+            if queued:
+                _queue_access(b, i < k, queues)
 
         need = used + (n - k) - capacity
         if need > 0 and policy == POLICY_KEY:
@@ -632,15 +743,9 @@ def _requests(
                 if chained >= 0:  # a parent just exposed and ranked before every entry: no heap round trip
                     b, chained = chained, -1
                 else:
-                    score, pushed_seq = H[0], H[1]
-                    b = blocks[int(pushed_seq) - 1]  # seq counts the accesses from 1
-                    pn = _heap_pop(H, pn)
-                    if not (cached[b] and nchild[b] == 0 and pushed_seq == S[b, _SEQ]):
-                        continue  # stale: evicted, grown a child, or touched (and pushed again) since
-                    if pinned[b]:
-                        held[n_held], held_s[n_held] = b, score
-                        n_held += 1
-                        continue
+                    b, pn, n_held = _pop_leaf(H, pn, blocks, cached, nchild, pinned, S, held, held_s, n_held)
+                    if b < 0:
+                        break
                 n_leaves, p = _drop(b, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if track:
                     _count_leaf(leaf_hits, S[b, _HITS], -1)
@@ -666,49 +771,13 @@ def _requests(
             for i in range(n_held):
                 pn = _heap_push(H, pn, held_s[i], S[held[i], _SEQ])
         elif need > 0:
-            steps = 0
-            limit = 4 * (used + 1)
-            while need > 0 and steps < limit:
-                if policy == POLICY_SIEVE:
-                    steps += 1
-                    o = hand if hand >= 0 else tail[_Q_MAIN]
-                    if o < 0:
-                        break
-                    hand = prv[o] if prv[o] >= 0 else tail[_Q_MAIN]
-                    if freq[o] > 0:
-                        freq[o] = 0
-                        continue
-                    if pinned[o] or nchild[o] > 0:
-                        continue
-                    if hand == o:
-                        hand = -1
-                    _q_remove(o, qid, nxt, prv, head, tail, size)
-                else:
-                    has_evicted = True
-                    q = _Q_MAIN if size[_Q_MAIN] > main_cap or size[_Q_SMALL] == 0 else _Q_SMALL
-                    if size[q] == 0:
-                        break
-                    o = -1
-                    while o < 0 and size[q] > 0 and steps < limit:
-                        steps += 1
-                        c = tail[q]
-                        _q_remove(c, qid, nxt, prv, head, tail, size)
-                        if pinned[c] or nchild[c] > 0:
-                            _q_push_head(q, c, qid, nxt, prv, head, tail, size)
-                        elif q == _Q_SMALL and freq[c] >= _S3_MOVE_TO_MAIN:
-                            freq[c] = 0
-                            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
-                        elif q == _Q_MAIN and freq[c] >= 1:
-                            freq[c] -= 1
-                            _q_push_head(_Q_MAIN, c, qid, nxt, prv, head, tail, size)
-                        else:
-                            o = c
-                    if o < 0:
-                        continue
-                    if q == _Q_SMALL and ghost_cap > 0:
-                        if size[_Q_GHOST] >= ghost_cap:
-                            _q_remove(tail[_Q_GHOST], qid, nxt, prv, head, tail, size)
-                        _q_push_head(_Q_GHOST, o, qid, nxt, prv, head, tail, size)
+            steps, limit = 0, 4 * (used + 1)
+            while need > 0:
+                o, hand, steps, has_evicted = _queue_next(
+                    policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap
+                )
+                if o < 0:
+                    break
                 n_leaves, _ = _drop(o, now, S, cached, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 if record:
                     ev_req[counters[5]] = r
@@ -727,25 +796,13 @@ def _requests(
             used += 1
             S[b, _INSERTED] = now
             S[b, _HITS] = 0.0
-            p = parent[b]
-            if p >= 0:
-                if nchild[p] == 0:
-                    n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
-                    if track:
-                        _count_leaf(leaf_hits, S[p, _HITS], -1)
-                nchild[p] += 1
-            leaf_pos[b] = n_leaves
-            leaves[n_leaves] = b
-            n_leaves += 1
+            n_leaves, covered = _leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves)
+            if track and covered >= 0:
+                _count_leaf(leaf_hits, S[covered, _HITS], -1)
             if track:
                 _count_leaf(leaf_hits, 0.0, 1)
             if queued:
-                freq[b] = 0
-            if policy == POLICY_SIEVE:
-                _q_push_head(_Q_MAIN, b, qid, nxt, prv, head, tail, size)
-            elif policy == POLICY_S3FIFO:
-                to_main = ghost_hit[b] or (not has_evicted and size[_Q_SMALL] >= small_cap)
-                _q_push_head(_Q_MAIN if to_main else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
+                _queue_insert(b, policy, has_evicted, small_cap, queues)
 
         for i in range(n):
             pinned[blocks[a0 + i]] = False
@@ -828,6 +885,38 @@ def _leaf_remove(b, leaves, leaf_pos, n_leaves):
     leaf_pos[last] = leaf_pos[b]
     leaf_pos[b] = -1
     return n_leaves - 1
+
+
+@njit(cache=True, inline="always")
+def _arrival(r, counted_from, counters, times, offsets, blocks, cached):
+    """Request r arrives: counted (from `counted_from` on: the requests before only warm the cache), its
+    time, where its blocks start, how many, and how many of them from the first are cached."""
+    if r == counted_from:
+        for c in range(counters.size):
+            counters[c] = 0
+    a0 = offsets[r]
+    n = offsets[r + 1] - a0
+    counters[0] += 1
+    k = 0
+    while k < n and cached[blocks[a0 + k]]:
+        k += 1
+    return times[r], a0, n, k
+
+
+@njit(cache=True, inline="always")
+def _leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves):
+    """Block b enters the cache as a leaf; returns the leaf count and the parent if it stopped being a leaf
+    (-1 if not)."""
+    p = parent[b]
+    covered = -1
+    if p >= 0:
+        if nchild[p] == 0:
+            n_leaves = _leaf_remove(p, leaves, leaf_pos, n_leaves)
+            covered = p
+        nchild[p] += 1
+    leaf_pos[b] = n_leaves
+    leaves[n_leaves] = b
+    return n_leaves + 1, covered
 
 
 @njit(cache=True, inline="always")

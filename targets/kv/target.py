@@ -17,6 +17,7 @@ from targets.base import (
     Instance,
     Objective,
     Option,
+    OptionError,
     Validation,
     WorkloadError,
     packaged_baselines,
@@ -66,6 +67,28 @@ SHIPPED_CAPACITY = 2000
 """The head of the Mooncake conversation trace, shipped in targets/kv/workloads/ (see its README)."""
 
 
+WINDOW_OPTIONS = (
+    Option(
+        "train_share",
+        "float",
+        0.3,
+        "share of the requests, from the start, that PARAMS are tuned on",
+        low=0.01,
+        high=1.0,
+    ),
+    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
+    Option(
+        "warm",
+        "bool",
+        None,
+        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
+        "every feature's history, as a cache in service would, not empty",
+    ),
+)
+"""How a kv trace is cut into the part PARAMS are tuned on and the window scored (windowed_instances)."""
+OBJECTIVES = ("block_hit_rate", "prefill_ms_saved")
+"""The metrics a kv run may maximize (the `objective` option)."""
+
 OPTIONS = (
     Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1, flag=True),
     Option(
@@ -83,21 +106,14 @@ OPTIONS = (
         "kernel profile that prices prefill time: a shipped one or a file written by `crucible profile`",
         choices=SHIPPED,
     ),
+    *WINDOW_OPTIONS,
     Option(
-        "train_share",
-        "float",
-        0.3,
-        "share of the requests, from the start, that PARAMS are tuned on",
-        low=0.01,
-        high=1.0,
-    ),
-    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
-    Option(
-        "warm",
-        "bool",
+        "objective",
+        "str",
         None,
-        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
-        "every feature's history, as a cache in service would, not empty",
+        "what a run maximizes: block_hit_rate (unset), or prefill_ms_saved, the prefill time the hits save "
+        "(priced with the profile: a deep block saves more than a shallow one)",
+        choices=OBJECTIVES,
     ),
 )
 BEHAVIOUR_DECISIONS = 24
@@ -127,6 +143,15 @@ class KVTarget:
     report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed", "prefill_ms_saved")
     integer_metrics = ()
     options = OPTIONS
+    tuned_baselines = ("lfu_da",)
+    """Baselines whose one constant is tuned on the train instances like a candidate's (LFU-DA's clock)."""
+
+    def objective_for(self, options: Mapping[str, Any]) -> Objective:
+        """The objective a run with these options maximizes: the `objective` option's metric."""
+        metric = str(options.get("objective") or self.objective.metric)
+        if metric not in OBJECTIVES:
+            raise OptionError(f"option objective: {metric!r} is not one of {', '.join(OBJECTIVES)}")
+        return Objective(metric, "maximize")
 
     def default_config(self) -> dict[str, Any]:
         return {"workload": str(shipped_workload_path()), "capacity": SHIPPED_CAPACITY}
@@ -137,26 +162,10 @@ class KVTarget:
         return BLOCK_FEATURES
 
     def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
-        capacity = config.get("capacity")
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise WorkloadError(f"capacity must be a positive number of blocks, got {capacity!r}")
-        train_share = float(config.get("train_share", 0.3))
-        n = load_workload(workload).n_requests
-        window = config.get("requests")
-        lo, hi = request_window(window, n) if isinstance(window, str) else (0, n)
-        cut = lo + max(1, int((hi - lo) * train_share))
+        capacity = blocks_option(config, "capacity")
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
-        warm = bool(window and config.get("warm"))  # unset, false and warm without a window: one replay
-        name = f"{Path(workload).name}@{capacity}" + (
-            f"[{lo}:{hi}]{' warm' if warm else ''}" if window else ""
-        )
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
-        carried |= {"warm": True} if warm else {}
-        scored = {**carried, "requests": [lo, hi]} if window else carried
-        plain = [
-            Instance(workload, {**carried, "requests": [lo, cut]}, f"{name}[:{cut - lo}]", role="train"),
-            Instance(workload, scored, name, role="eval"),
-        ]
+        plain = windowed_instances(workload, config, f"{Path(workload).name}@{capacity}", carried)
         # LRU and Belady once here, not in every job: they turn a hit rate into the share of the gap closed.
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
 
@@ -248,6 +257,36 @@ class KVTarget:
         if engine:
             metrics |= engine_metrics(trace, capacity, hits, (evicted_req, evicted_block), engine)
         return metrics
+
+
+def blocks_option(config: Mapping[str, Any], name: str, least: int = 1) -> int:
+    """A capacity in blocks from a configuration; WorkloadError names it unless a whole number >= least."""
+    value = config.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        kind = "a positive" if least == 1 else "a non-negative"
+        raise WorkloadError(f"{name} must be {kind} number of blocks, got {value!r}")
+    return value
+
+
+def windowed_instances(
+    workload: str, config: Mapping[str, Any], name: str, carried: Mapping[str, Any]
+) -> list[Instance]:
+    """The train instance (the first `train_share` of the requests window) and the eval instance (the whole
+    window), each carrying `carried` and the window; with `warm` and a window, both replay the requests
+    before it first, uncounted."""
+    train_share = float(config.get("train_share", 0.3))
+    n = load_workload(workload).n_requests
+    window = config.get("requests")
+    lo, hi = request_window(window, n) if isinstance(window, str) else (0, n)
+    cut = lo + max(1, int((hi - lo) * train_share))
+    warm = bool(window and config.get("warm"))  # unset, false and warm without a window: one replay
+    name += f"[{lo}:{hi}]{' warm' if warm else ''}" if window else ""
+    carried = {**carried, "warm": True} if warm else dict(carried)
+    scored = {**carried, "requests": [lo, hi]} if window else carried
+    return [
+        Instance(workload, {**carried, "requests": [lo, cut]}, f"{name}[:{cut - lo}]", role="train"),
+        Instance(workload, scored, name, role="eval"),
+    ]
 
 
 def replay(instance: Instance, key: Any, params: np.ndarray, policy: int) -> dict[str, int]:

@@ -82,7 +82,7 @@ def test_a_killed_run_with_behavioural_duplicates_resumes_to_the_unbroken_run(tm
     unbroken = search(whole, InProcess())
     killed = service(tmp_path, "killed")
     with pytest.raises(KeyboardInterrupt):
-        search(killed, Interrupting(allowed=2))
+        search(killed, Interrupting(allowed=3))  # the first tunes lfu_da, a baseline with a constant
     (run_id,) = [r.run_id for r in killed.read.runs()]
     written = [c for c in killed.read.candidates(run_id) if not c.is_baseline]
     assert written[-1].status == "pending" and "duplicate" in [c.status for c in written]

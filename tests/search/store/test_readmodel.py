@@ -23,10 +23,11 @@ TRIALS = 2
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """One real search of four candidates, evaluated on the shipped kv mechanism: (db URL, run id)."""
+    """One real search of four candidates, evaluated on the shipped kv mechanism: (db URL, run id). Its seed
+    gives four candidates that each behave unlike every baseline (a behavioural duplicate adds a fifth)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('read') / 'runs.db'}"
     runs = RunService(Store(open_engine(url)))
-    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=TRIALS, seed=4))
+    info = runs.record(prepare("kv", "gen:chat:1", {"capacity": 300}, budget=4, trials=TRIALS, seed=5))
     runs.execute(info.run_id, InProcess(), EvolveProposer())
     return url, info.run_id
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
+import numpy as np
 import pytest
 
-from targets.kv.target import KVTarget
+from targets.base import Objective, OptionError
+from targets.kv.prefix_cache import POLICY_STATIC_KEY
+from targets.kv.target import KVTarget, _compiled, replay_trace, shipped_workload_path
+from targets.kv.tiered import TieredKVTarget
+from targets.kv.trace import build_trace
 from verifiers.static import check
 
 TARGET = KVTarget()
@@ -19,9 +26,10 @@ def test_every_baseline_passes_the_static_check(name: str) -> None:
 def test_belady_bounds_every_policy_and_lru_equals_its_own_reference() -> None:
     (train, full) = TARGET.instances("gen:chat:2", {"capacity": 200})
     assert (train.role, full.role) == ("train", "eval")
+    programs = {name: check(source, TARGET.signatures) for name, source in TARGET.baselines().items()}
     rates = {
-        name: TARGET.evaluate(check(source, TARGET.signatures), full, {})["block_hit_rate"]
-        for name, source in TARGET.baselines().items()
+        name: TARGET.evaluate(program, full, program.defaults())["block_hit_rate"]
+        for name, program in programs.items()
     }
     rates |= {
         name: TARGET.evaluate_builtin(name, full)["block_hit_rate"] for name in TARGET.builtin_baselines()
@@ -30,3 +38,50 @@ def test_belady_bounds_every_policy_and_lru_equals_its_own_reference() -> None:
     lru = TARGET.evaluate(check(TARGET.baselines()["lru"], TARGET.signatures), full, {})
     assert lru["gap_closed"] == pytest.approx(0.0)
     assert TARGET.evaluate_builtin("belady", full)["gap_closed"] == pytest.approx(1.0)
+
+
+def test_a_run_maximizes_the_hit_rate_or_the_prefill_time_saved_as_the_objective_option_says() -> None:
+    assert TARGET.objective_for({}) == TARGET.objective == Objective("block_hit_rate", "maximize")
+    assert TARGET.objective_for({"objective": "prefill_ms_saved"}) == Objective(
+        "prefill_ms_saved", "maximize"
+    )
+    with pytest.raises(OptionError, match="option objective: 'ttft' is not one of"):
+        TARGET.objective_for({"objective": "ttft"})
+    (option,) = [o for o in TARGET.options if o.name == "objective"]
+    assert option.parse("prefill_ms_saved") == "prefill_ms_saved"
+    assert TieredKVTarget().objective_for({"capacity": 10}) == Objective("prefill_ms_saved", "maximize")
+
+
+def _rows(*requests: tuple[int, list[int]]) -> list[tuple[int, dict[str, object]]]:
+    return [
+        (i + 1, {"timestamp": t, "input_length": 512 * len(ids), "output_length": 1, "hash_ids": ids})
+        for i, (t, ids) in enumerate(requests)
+    ]
+
+
+def test_second_sighting_evicts_a_block_seen_once_before_an_older_one_seen_twice() -> None:
+    # block 1 is used twice, then blocks 2 and 3 once each; a fourth block needs room in a 3-block cache
+    trace = build_trace(
+        _rows((0, [1]), (1000, [1]), (2000, [2]), (3000, [3]), (4000, [4]), (5000, [1])), source="t"
+    )
+    hits = {
+        name: replay_trace(trace, 3, _compiled(TARGET.baselines()[name]), np.zeros(0), POLICY_STATIC_KEY)[0][
+            2
+        ]
+        for name in ("lru", "second_sighting")
+    }
+    assert hits == {"lru": 1, "second_sighting": 2}, (
+        "LRU evicts block 1 (the oldest), second sighting keeps it"
+    )
+
+
+def test_lfu_da_with_a_clock_slower_than_the_trace_is_perfect_lfu() -> None:
+    [*_, full] = TARGET.instances(str(shipped_workload_path()), {"capacity": 2000})
+    lfu_da = check(TARGET.baselines()["lfu_da"], TARGET.signatures)
+    perfect = check(TARGET.baselines()["perfect_lfu"], TARGET.signatures)
+    slow = TARGET.evaluate(lfu_da, full, {"clock_s": 1.0e5})  # the head spans 822 s: recency only breaks ties
+    fast = TARGET.evaluate(lfu_da, full, {"clock_s": 1.0})
+    assert (slow["hits"], slow["evictions"]) == itemgetter("hits", "evictions")(
+        TARGET.evaluate(perfect, full, {})
+    )
+    assert fast["hits"] != slow["hits"], "a fast clock ages frequency out"

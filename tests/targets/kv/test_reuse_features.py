@@ -177,10 +177,8 @@ _SHIPPED_COUNTS = {
 def shipped_counts() -> dict[str, tuple[int, int]]:
     target = KVTarget()
     [*_, full] = target.instances(str(shipped_workload_path()), {"capacity": SHIPPED_CAPACITY})
-    metrics = {
-        name: target.evaluate(check(source, target.signatures), full, {})
-        for name, source in target.baselines().items()
-    }
+    programs = {name: check(source, target.signatures) for name, source in target.baselines().items()}
+    metrics = {name: target.evaluate(program, full, program.defaults()) for name, program in programs.items()}
     metrics |= {name: target.evaluate_builtin(name, full) for name in target.builtin_baselines()}
     return {name: (int(m["hits"]), int(m["evictions"])) for name, m in metrics.items()}
 
