@@ -430,10 +430,22 @@ def objective_of(target: Target, options: Mapping[str, Any]) -> Objective:
     return chooses(options) if chooses is not None else target.objective
 
 
+WINDOW = Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)")
+"""The option of a windowed target that cuts its workload (a held-out tail is such a window)."""
+WARM = Option(
+    "warm",
+    "bool",
+    None,
+    "replay the trace's requests before the window first, uncounted: the window meets the mechanism's "
+    "state, and every feature's history, as a system in service would, not empty",
+)
+"""The option of a windowed target that can replay what came before a window: its tail is scored warm."""
+
+
 @runtime_checkable
 class Windowed(Protocol):
-    """A target whose workloads are requests in time order and whose `requests` option (START:STOP) windows
-    them: what lets a search hold out a workload's tail (search/loop/holdout.py)."""
+    """A target whose workloads are requests in time order and that declares the WINDOW option (and WARM,
+    where it can replay the requests before a window): what lets a search hold out a workload's tail."""
 
     def requests(self, workload: str) -> int:
         """How many requests the workload holds; WorkloadError on a bad workload."""

@@ -25,14 +25,13 @@ from sandbox.job import Job, Limits, Tuning
 from search.errors import UserError
 from search.loop.journal import Journal
 from search.store.tables import BASELINE, Candidate
-from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
+from targets.base import WARM, WINDOW, Instance, OptionError, Target, Windowed, WorkloadError, request_window
 from verifiers.static import check, render
 
-WINDOW_OPTION = "requests"
+WINDOW_OPTION = WINDOW.name
 """The option (START:STOP over the workload's requests in time order) a windowed target declares."""
-WARM_OPTION = "warm"
-"""The option (true or false) with which a windowed target replays the requests before a window uncounted;
-where a target declares it, the tail is scored warm: it meets the state the head left, as in service."""
+WARM_OPTION = WARM.name
+"""Where a target declares it, the tail is scored warm: it meets the state the head left, as in service."""
 TAIL = "tail"
 """Evaluation role: the tail scored with the constants tuned on the head."""
 TAIL_RETUNED = "tail-retuned"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
+    WINDOW,
     FeatureRegistry,
     Instance,
     Objective,
@@ -100,7 +101,7 @@ OPTIONS = (
         "admit a waiting request only if its whole prompt's KV blocks are free, as vLLM V1 does by default "
         "(scheduler_reserve_full_isl); unset, its first chunk's blocks suffice",
     ),
-    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
+    WINDOW,
     Option(
         "train_share",
         "float",

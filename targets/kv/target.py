@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
+    WARM,
+    WINDOW,
     Command,
     FeatureRegistry,
     Instance,
@@ -48,6 +50,7 @@ from .prefix_cache import (
 )
 from .properties import PROPERTIES
 from .trace import Trace, load_mooncake, whole_blocks
+from .validation import validation_of
 
 PRIORITY = Signature(
     name="priority",
@@ -76,14 +79,8 @@ WINDOW_OPTIONS = (
         low=0.01,
         high=1.0,
     ),
-    Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)"),
-    Option(
-        "warm",
-        "bool",
-        None,
-        "replay the trace's requests before the window first, uncounted: the window meets the cache, and "
-        "every feature's history, as a cache in service would, not empty",
-    ),
+    WINDOW,
+    WARM,
 )
 """How a kv trace is cut into the part PARAMS are tuned on and the window scored (windowed_instances)."""
 OBJECTIVES = ("block_hit_rate", "prefill_ms_saved")
@@ -214,9 +211,7 @@ class KVTarget:
         return ("belady",)
 
     def validation(self) -> Validation:
-        from .validation import VALIDATION  # it builds instances with this module's readers
-
-        return VALIDATION
+        return validation_of(self)
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         key = _compiled(program.source)

@@ -8,15 +8,15 @@ whole blocks of `block_tokens` tokens, the size the profile's attention was meas
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from targets.base import Check, Compared, Instance, Option, Shown, Validation, request_window
+from targets.base import Check, Compared, Instance, Option, Shown, Validation, Windowed, request_window
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 
 from .kernels import cost_model
-from .target import load_workload
 
 OPTIONS = (
     Option("requests", "str", "0:200", "slice of the trace, START:STOP"),
@@ -28,9 +28,9 @@ OPTIONS = (
 )
 
 
-def instance(workload: str, values: Mapping[str, Any]) -> Instance:
+def instance(target: Windowed, workload: str, values: Mapping[str, Any]) -> Instance:
     """The slice both serve; the "engine" setting makes the target replay it in the engine too."""
-    start, stop = request_window(values["requests"], load_workload(workload).n_requests)
+    start, stop = request_window(values["requests"], target.requests(workload))
     cost_model(values["profile"])  # a profile that cannot price prefill fails here, not in every job
     config: dict[str, Any] = {
         "capacity": values["capacity"],
@@ -42,27 +42,30 @@ def instance(workload: str, values: Mapping[str, Any]) -> Instance:
     return Instance(workload, config, f"{Path(workload).name}[{start}:{stop}]@{values['capacity']}")
 
 
-VALIDATION = Validation(
-    options=OPTIONS,
-    instance=instance,
-    compared=(
-        Compared("saved ms", "prefill_ms_saved", "engine_prefill_ms_saved"),
-        # The share of all prefill time saved: free of how fast the machine ran while it was measured.
-        Compared("saved share", "prefill_share_saved", "engine_prefill_share_saved", ".2%"),
-    ),
-    rank_by="saved ms",
-    direction="maximize",
-    shown=(
-        Shown("hit rate", "block_hit_rate", ".4f"),
-        Shown("engine TTFT p50 ms", "engine_ttft_ms_p50", ".2f"),
-        Shown("engine TPOT ms", "engine_tpot_ms_mean", ".2f"),
-        Shown("engine tok/s", "engine_throughput_tok_s", ".0f"),
-    ),
-    largest={"max_logit_diff": "engine_max_logit_diff"},
-    checks=(
-        Check("kendall_tau", at_least=0.8),
-        Check("error_max", at_most=0.25),
-        Check("max_logit_diff", at_most=1e-4),
-    ),
-    requires=("torch",),
-)
+def validation_of(target: Windowed) -> Validation:
+    """How `crucible validate` checks the kv simulator against the engine, on slices of the target's own
+    workloads."""
+    return Validation(
+        options=OPTIONS,
+        instance=functools.partial(instance, target),
+        compared=(
+            Compared("saved ms", "prefill_ms_saved", "engine_prefill_ms_saved"),
+            # The share of all prefill time saved: free of how fast the machine ran while it was measured.
+            Compared("saved share", "prefill_share_saved", "engine_prefill_share_saved", ".2%"),
+        ),
+        rank_by="saved ms",
+        direction="maximize",
+        shown=(
+            Shown("hit rate", "block_hit_rate", ".4f"),
+            Shown("engine TTFT p50 ms", "engine_ttft_ms_p50", ".2f"),
+            Shown("engine TPOT ms", "engine_tpot_ms_mean", ".2f"),
+            Shown("engine tok/s", "engine_throughput_tok_s", ".0f"),
+        ),
+        largest={"max_logit_diff": "engine_max_logit_diff"},
+        checks=(
+            Check("kendall_tau", at_least=0.8),
+            Check("error_max", at_most=0.25),
+            Check("max_logit_diff", at_most=1e-4),
+        ),
+        requires=("torch",),
+    )

@@ -14,9 +14,11 @@ from search.validation import SETTLING_LEVEL, kendall_tau, report, summary
 from targets.base import Check
 from targets.costmodel.model import COLLECTIVES, OPERATORS, CostModel, load_profile
 from targets.costmodel.shapes import ModelShape
-from targets.kv.validation import VALIDATION as KV
+from targets.kv.target import KVTarget
 
 VIDUR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-profiles"
+KV = KVTarget().validation()
+"""The kv target's validation: what these reports are made of."""
 
 
 def test_kendall_tau_counts_order_and_discounts_exact_ties() -> None:
