@@ -14,15 +14,14 @@ import numpy as np
 from targets.base import (
     WARM,
     WINDOW,
-    Command,
     FeatureRegistry,
     Instance,
     Objective,
     Option,
     OptionError,
+    TargetBase,
     Validation,
     WorkloadError,
-    packaged_baselines,
     request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
@@ -124,7 +123,7 @@ def shipped_workload_path() -> Path:
     return Path(str(resources.files("targets.kv") / "workloads" / SHIPPED_WORKLOAD))
 
 
-class KVTarget:
+class KVTarget(TargetBase):
     """Prefix KV-cache eviction under a block capacity; the objective is the block hit rate."""
 
     name = "kv"
@@ -194,12 +193,6 @@ class KVTarget:
         """Where a kv program runs outside Crucible: SGLang's radix cache (vLLM's prefix-cache eviction is a
         fixed LRU list, not pluggable)."""
         return {"sglang": SGLANG}
-
-    def commands(self) -> tuple[Command, ...]:
-        return ()
-
-    def baselines(self) -> dict[str, str]:
-        return packaged_baselines("targets.kv")
 
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES

@@ -23,8 +23,7 @@ from targets.base import (
     Objective,
     Option,
     OptionError,
-    Validation,
-    packaged_baselines,
+    TargetBase,
 )
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
@@ -126,7 +125,7 @@ BEHAVIOUR_BLOCKS = 16
 OBJECTIVE = Objective("prefill_ms_saved", "maximize")
 
 
-class TieredKVTarget:
+class TieredKVTarget(TargetBase):
     """A prefix KV cache in GPU memory over host memory and disk; the objective is prefill time saved."""
 
     name = "kv-tiered"
@@ -202,15 +201,8 @@ class TieredKVTarget:
         """How many requests the workload holds, in time order (what a holdout of its tail splits)."""
         return load_workload(workload).n_requests
 
-    def files(self, instance: Instance) -> tuple[str, ...]:
-        path = Path(instance.workload)
-        return (str(path.resolve()),) if path.is_file() else ()
-
     def commands(self) -> tuple[Command, ...]:
         return COMMANDS
-
-    def baselines(self) -> dict[str, str]:
-        return packaged_baselines("targets.kv.tiered")
 
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
@@ -220,10 +212,6 @@ class TieredKVTarget:
 
     def oracles(self) -> tuple[str, ...]:
         return ("belady",)
-
-    def validation(self) -> Validation | None:
-        """No engine check of its own: the GPU tier is the kv target's mechanism, which kv validates."""
-        return None
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         keys = _compiled(program.source)
