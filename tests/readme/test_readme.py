@@ -56,7 +56,7 @@ RUNS_JOBS = ("search", "baselines", "eval", "tune", "validate", "sandbox", "ci")
 NEEDS_CLUSTER = "--cluster tcp://SCHEDULER"
 """The README's scale-out line names hosts of the reader's own; tests/scale runs its flags against a
 LocalCluster and PostgreSQL, and here the unreachable placeholder must be one line, exit 2."""
-LLM_TESTS = "tests/search/test_llm.py runs these flags against a local one"
+LLM_TESTS = "tests/search/proposers/test_llm.py runs these flags against a local one"
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _params(docker: bool, examples: list[Example] = RUNNABLE) -> list[object]:
         marks: list[pytest.MarkDecorator] = []
         if any(flag in example.text for flag in NEEDS_LLM):
             marks.append(
-                pytest.mark.skip(reason="needs an OpenAI-compatible endpoint (tests/search/test_llm.py)")
+                pytest.mark.skip(reason="needs an OpenAI-compatible endpoint (tests/search/proposers/test_llm.py)")
             )
         if example.text.startswith(NEEDS_TORCH):
             marks += [pytest.mark.slow, pytest.mark.torch]
