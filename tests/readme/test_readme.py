@@ -56,7 +56,8 @@ RUNS_JOBS = ("search", "baselines", "eval", "tune", "validate", "sandbox", "ci")
 NEEDS_CLUSTER = "--cluster tcp://SCHEDULER"
 """The README's scale-out line names hosts of the reader's own; tests/scale runs its flags against a
 LocalCluster and PostgreSQL, and here the unreachable placeholder must be one line, exit 2."""
-LLM_TESTS = "tests/search/proposers/test_llm.py runs these flags against a local one"
+LLM_TEST = "tests/search/proposers/test_llm.py"
+LLM_TESTS = f"{LLM_TEST} runs these flags against a local one"
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,9 @@ def _params(docker: bool, examples: list[Example] = RUNNABLE) -> list[object]:
         marks: list[pytest.MarkDecorator] = []
         if any(flag in example.text for flag in NEEDS_LLM):
             marks.append(
-                pytest.mark.skip(reason="needs an OpenAI-compatible endpoint (tests/search/proposers/test_llm.py)")
+                pytest.mark.skip(
+                    reason="needs an OpenAI-compatible endpoint (tests/search/proposers/test_llm.py)"
+                )
             )
         if example.text.startswith(NEEDS_TORCH):
             marks += [pytest.mark.slow, pytest.mark.torch]
@@ -325,3 +328,16 @@ def test_ci_runs_exactly_the_readmes_test_command() -> None:
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     steps = [line for line in ci if line and not line.startswith("#")]
     assert steps[-1] == readme_test
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    """Read in two minutes: at most 200 lines, the two commands on the first screen, no dead link."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 200, f"{len(lines)} lines: history and analyses belong in docs/"
+    first = "\n".join(lines[:40])
+    assert SET_UP in first and TEST_COMMAND in first
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    assert links, "the front page links to the documentation"
+    for link in links:
+        if "://" not in link:
+            assert (ROOT / link).exists(), f"README links to {link}, which is not in the repository"
