@@ -158,7 +158,7 @@ def test_a_search_gives_the_same_results_on_docker_as_in_a_process(
 
 
 def _outcome(data: object) -> object:
-    """A run's JSON without what differs between any two runs: ids, hosts, clock times, backends."""
+    """A run's JSON without what differs between any two runs: ids, hosts, clock times, backends (asked for and used)."""
     if isinstance(data, dict):
         return {k: _outcome(v) for k, v in data.items() if not _volatile(k)}
     if isinstance(data, list):
@@ -167,5 +167,5 @@ def _outcome(data: object) -> object:
 
 
 def _volatile(key: str) -> bool:
-    volatile = key in ("run_id", "backend", "pid", "host", "at") or key.endswith(("_at", "_s"))
+    volatile = key in ("run_id", "backend", "sandbox", "pid", "host", "at") or key.endswith(("_at", "_s"))
     return volatile or "seconds" in key

@@ -223,7 +223,9 @@ def test_a_search_launched_from_the_ui_shows_progress_and_stops_resumably(server
     open_page(page, server, "/launch", "Launch a search", FORM)
     page.get_by_label("budget", exact=True).fill("40")
     page.get_by_label("trials", exact=True).fill("2")
-    page.locator('[data-testid="stSelectbox"]').filter(has_text="sandbox").click()
+    sandbox = page.get_by_role("combobox", name="sandbox", exact=True)
+    sandbox.click()
+    sandbox.press("ArrowDown")  # a click focuses the combobox; the key opens its list
     page.get_by_role("option", name="process", exact=True).click()
     page.get_by_role("button", name="Launch").click()
     page.wait_for_url("**/run?run=*", timeout=120_000)
