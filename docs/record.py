@@ -37,15 +37,18 @@ def machine() -> dict[str, Any]:
     }
 
 
-def commit() -> str:
-    """The checkout's commit, with `+dirty` when tracked files differ from it (the figure is not that
-    commit's alone)."""
-    head = _git("rev-parse", "--short", "HEAD")
-    return head + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+def commit(root: Path = ROOT, results: Path = RESULTS) -> str:
+    """The checkout's commit, with `+dirty` when tracked files other than the results differ from it (the
+    figure is not that commit's alone); results recorded one after another do not dirty each other."""
+    head = _git(root, "rev-parse", "--short", "HEAD")
+    changed = _git(
+        root, "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{results.relative_to(root)}"
+    )
+    return head + ("+dirty" if changed else "")
 
 
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
