@@ -158,7 +158,8 @@ def test_a_search_gives_the_same_results_on_docker_as_in_a_process(
 
 
 def _outcome(data: object) -> object:
-    """A run's JSON without what differs between any two runs: ids, hosts, clock times, backends (asked for and used)."""
+    """A run's JSON without what differs between any two runs: ids, hosts, clock times, backends (the
+    sandbox asked for and the one used)."""
     if isinstance(data, dict):
         return {k: _outcome(v) for k, v in data.items() if not _volatile(k)}
     if isinstance(data, list):
