@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -84,6 +86,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _honour_interrupts()
     try:
         parser = build_parser(_chosen(argv) or "")
         args, extra = parser.parse_known_args(argv)
@@ -119,6 +122,13 @@ def exit_code(exc: Exception) -> int | None:
     if isinstance(exc, OSError):
         return 1
     return None
+
+
+def _honour_interrupts() -> None:
+    """A stop is a SIGINT (Ctrl-C, `runs stop`, the UI's Stop button), so take it even where this process
+    began ignoring it, as a script's background job or a child of one does."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

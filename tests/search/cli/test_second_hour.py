@@ -92,10 +92,17 @@ def test_a_resume_raises_the_budget_it_is_given_and_refuses_the_runs_own_setting
     assert any(e.kind == "config" and '"budget": 3' in e.message for e in events), "the change is logged"
 
 
+def _ignoring_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_an_interrupted_run_says_how_to_resume_it_in_its_own_store(tmp_path: Path) -> None:
+    """Even started ignoring SIGINT, as a script's background job is, a run stops on one (the UI's Stop)."""
     url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     command = [sys.executable, "-m", "search.cli", "search", *TINY, "--budget", "50", "--db", url]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_ignoring_interrupts
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (tmp_path / "elsewhere.db").exists():
         time.sleep(0.2)
