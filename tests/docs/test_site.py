@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from headless import chromium
 
 from search.cli import main
 
@@ -24,9 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CRUCIBLE = Path(sys.executable).with_name("crucible")
 REQUIRE_DOCS = "CRUCIBLE_REQUIRE_DOCS"
 """Set to 1 (as .ci/run does) to fail, not skip, when the docs extra is missing."""
-REQUIRE_BROWSER = "CRUCIBLE_REQUIRE_BROWSER"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
@@ -132,21 +130,8 @@ def test_every_crucible_toml_key_of_the_example_is_in_the_config_reference() -> 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    missing = [
-        w
-        for w, ok in (("/usr/bin/chromium", CHROMIUM.exists()), ("playwright", find_spec("playwright")))
-        if not ok
-    ]
-    if missing:
-        if os.environ.get(REQUIRE_BROWSER) == "1":
-            pytest.fail(f"{REQUIRE_BROWSER}=1 but {' and '.join(missing)} missing")
-        pytest.skip(f"no browser here: {' and '.join(missing)} missing")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.mark.docs

@@ -6,7 +6,6 @@ its refresh interval and, stopped there, is left resumable."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import sqlite3
 import subprocess
@@ -15,11 +14,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import pytest
+from headless import chromium
 from seeded_store import Seeded
 
 from search import cli
@@ -28,17 +27,6 @@ from search.store.store import Store, open_engine
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-REQUIRE_BROWSER = "CRUCIBLE_REQUIRE_BROWSER"
-"""Set to 1 (as .ci/run does) to fail, not skip, when Chromium or Playwright is missing."""
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 EXCEPTION = '[data-testid="stException"]'
@@ -50,21 +38,8 @@ FORM = '[data-testid="stForm"]'
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    missing = [
-        what
-        for what, ok in (("/usr/bin/chromium", CHROMIUM.exists()), ("playwright", find_spec("playwright")))
-        if not ok
-    ]
-    if missing:
-        if os.environ.get(REQUIRE_BROWSER) == "1":
-            pytest.fail(f"{REQUIRE_BROWSER}=1 but {' and '.join(missing)} missing")
-        pytest.skip(f"no browser here: {' and '.join(missing)} missing")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @dataclass(frozen=True)
