@@ -6,8 +6,12 @@ tail) at GPU 1,000 + host 8,000 blocks and GPU 4,000 + host 32,000 blocks, with 
 prints the Belady oracle over the tiers and hand-written policies of the kinds the baselines and found
 programs are made of, each with its constants chosen on the tail itself (hindsight: better than any
 forecast can do), as ratios of LFU-DA at its own best clock on the tail. The check asks the found policy,
-tuned on the head, for 1.10x the best baseline as tuned on the head. `--quick` (and a checkout without the
-data) uses the shipped head's last third at a tenth of the sizes and a smaller grid.
+tuned on the head, for 1.10x the best baseline as tuned on the head. Then how much foresight 1.10x takes: an
+oracle no candidate can be, "returns" (in every tier, evict first the blocks the tail never uses again,
+otherwise the least recently used; keep below only the blocks it uses again), blurred by noise as
+bench/kv_headroom.py blurs it for one tier, each blur with the AUC at which it ranks "used again" over the
+tail's block accesses, and the AUC of what a cache sees for the same label. `--quick` (and a checkout without
+the data) uses the shipped head's last third at a tenth of the sizes and a smaller grid.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ import itertools
 from pathlib import Path
 
 import _bench
+import numpy as np
+from kv_headroom import NOISE_HASH, auc, conversations, reused, visible_auc
 
 from targets.base import Instance
-from targets.kv.target import shipped_workload_path
-from targets.kv.tiered.target import TieredKVTarget
+from targets.kv.prefix_cache import POLICY_STATIC_KEY
+from targets.kv.target import load_workload, shipped_workload_path
+from targets.kv.tiered.cache import STATIC_BELOW
+from targets.kv.tiered.features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
+from targets.kv.tiered.target import SIGNATURES, TieredKVTarget, tiered_metrics
+from verifiers.compiler import to_numba
+from verifiers.program import Signature
 from verifiers.static import check
 
 TRAIN = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"
@@ -46,6 +57,24 @@ POLICIES = {
     "LFU-DA GPU, keep all, LRU below": (_LFU_DA, "return 1.0", "b.last_access"),
 }
 """Each: the GPU key, keep's body and below's expression."""
+BLURRED = '''"""Returns (oracle) blurred by noise of weight {w} in every tier; kept below above the middle."""
+
+
+def priority(b, p):
+    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
+
+
+def keep(b, p):
+    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0) - 0.5 - {w} / 2.0
+
+
+def below(b, p):
+    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
+'''
+"""Weight 0 is "returns" itself (ties go to the least recently used); the noise is kv_headroom's hash of the
+block's latest access time, so a request's blocks share it and it does not follow recency."""
+BLUR_WEIGHTS = (0.0, 1.25, 1.5, 2.0, 3.0, 5.0, 8.0)
+ORACLE_SIGNATURES = tuple(Signature(s.name, (*TIERED_FEATURES.names, ORACLE_NEXT)) for s in SIGNATURES)
 
 
 def source(doc: str, priority: str, keep: str, below: str) -> str:
@@ -69,6 +98,11 @@ def main() -> None:
         f"tail {tail} of {Path(workload).name}, replayed warm; prefill ms saved, constants chosen on the tail"
     )
     rows: list[dict[str, object]] = []
+    foresight: list[dict[str, object]] = []
+    trace = load_workload(workload)
+    start, stop = (int(x) for x in tail.split(":"))
+    accesses = reused(trace, start, stop)
+    aucs = {w: _blurred_auc(trace, accesses, w) for w in BLUR_WEIGHTS}
     for gpu, host in sizes:
         config = {"capacity": gpu, "host_capacity": host, "requests": tail, "warm": True}
         (instance,) = [i for i in target.instances(workload, config) if i.role == "eval"]
@@ -86,7 +120,39 @@ def main() -> None:
             print(f"  {name:48s} {saved:>10,.0f} ms  {saved / reference:.3f}x  at {params}")
             rows.append({"gpu": gpu, "host": host, "policy": name, "prefill_ms_saved": saved,
                          "vs_lfu_da": saved / reference, "belady_ms": belady})  # fmt: skip
-    session.save({"workload": Path(workload).name, "tail": tail, "policies": rows})
+        print("  returns (oracle) blurred by noise of weight w (AUC: how well it ranks 'used again'):")
+        for w, score in aucs.items():
+            saved = _oracle_saved(instance, BLURRED.format(w=w, h=NOISE_HASH))
+            print(f"    w {w:<4} AUC {score:.3f}  {saved:>10,.0f} ms  {saved / reference:.3f}x")
+            foresight.append({"gpu": gpu, "host": host, "noise weight": w, "AUC": score,
+                              "prefill_ms_saved": saved, "vs_lfu_da": saved / reference})  # fmt: skip
+    visible = visible_auc(trace, accesses, conversations(trace, stop)[0])
+    print(f"what a cache sees, ranking 'used again' over the block accesses of {tail} (AUC):")
+    for name, score in visible.items():
+        print(f"  {name:<26} {score:.3f}")
+    session.save(
+        {
+            "workload": Path(workload).name,
+            "tail": tail,
+            "policies": rows,
+            "blurred returns oracle": foresight,
+            "what a cache sees (AUC of used again)": [{"score": k, "AUC": v} for k, v in visible.items()],
+        }
+    )
+
+
+def _blurred_auc(trace: object, accesses: tuple[np.ndarray, ...], weight: float) -> float:
+    """AUC of the blurred oracle's score for "used again in the tail", over the tail's block accesses."""
+    again, request, _ = accesses
+    noise = (trace.timestamps_s[request] * NOISE_HASH) % 1.0  # type: ignore[attr-defined]
+    return auc(again + weight * noise, again)
+
+
+def _oracle_saved(instance: Instance, text: str) -> float:
+    """Prefill ms saved by an oracle program (one reading next_use) through the tiers."""
+    program = check(text, ORACLE_SIGNATURES)
+    keys = tuple(to_numba(program, s.name, TIERED_COLUMNS) for s in ORACLE_SIGNATURES)
+    return tiered_metrics(instance, (STATIC_BELOW, *keys), np.zeros(0), POLICY_STATIC_KEY)["prefill_ms_saved"]
 
 
 def _best(
