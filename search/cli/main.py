@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -96,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.handler(args)
     except KeyboardInterrupt:
         fail("interrupted", code=130)
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail too
+        sys.exit(141)  # 128 + SIGPIPE
     except Exception as exc:  # every error a user can cause is one line; any other is a bug, raised
         code = exit_code(exc)
         if code is None:

@@ -4,6 +4,7 @@ documented exit code, loses nothing stored, and says what the user can do next."
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -115,6 +116,19 @@ def test_an_interrupted_run_says_how_to_resume_it_in_its_own_store(tmp_path: Pat
     assert err.strip().splitlines()[-1] == (
         f"crucible: error: interrupted; resume with: crucible search --resume {run_id} --db {url}"
     )
+
+
+@pytest.mark.parametrize("command", [["targets", "show", "kv", "--json"], ["targets", "list"]])
+def test_output_piped_into_a_reader_that_left_ends_quietly(command: list[str]) -> None:
+    """`crucible ... | head`: what head did not read is dropped without a word, plain or rendered output."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write
+    done = subprocess.run(
+        [sys.executable, "-m", "search.cli", *command], stdout=write, stderr=subprocess.PIPE, text=True
+    )
+    os.close(write)
+    assert done.stderr == ""
+    assert done.returncode != 0
 
 
 def test_a_store_password_is_never_echoed(capsys: pytest.CaptureFixture[str]) -> None:
