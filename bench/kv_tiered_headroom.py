@@ -135,8 +135,8 @@ def main() -> None:
             "workload": Path(workload).name,
             "tail": tail,
             "policies": rows,
-            "blurred returns oracle": foresight,
-            "what a cache sees (AUC of used again)": [{"score": k, "AUC": v} for k, v in visible.items()],
+            "blurred_returns_oracle": foresight,
+            "what_a_cache_sees": [{"score": k, "AUC of used again": v} for k, v in visible.items()],
         }
     )
 
