@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from operator import itemgetter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from search.cli.main import main
 from targets.base import Objective, OptionError
 from targets.kv.prefix_cache import POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, _compiled, replay_trace, shipped_workload_path
@@ -50,6 +53,38 @@ def test_a_run_maximizes_the_hit_rate_or_the_prefill_time_saved_as_the_objective
     (option,) = [o for o in TARGET.options if o.name == "objective"]
     assert option.parse("prefill_ms_saved") == "prefill_ms_saved"
     assert TieredKVTarget().objective_for({"capacity": 10}) == Objective("prefill_ms_saved", "maximize")
+
+
+def test_a_search_for_prefill_time_saved_ranks_its_baselines_by_it(tmp_path: Path, capsys) -> None:
+    """The option reaches the search: its best baseline is the one saving the most time, not the one hitting
+    most (on the shipped head the cost-aware GDSF saves the most, S3-FIFO hits the most)."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    flags = ["--set", "requests=0:600", "--trials", "1", "--workers", "1", "--sandbox", "process"]
+    main(
+        [
+            "search",
+            "--target",
+            "kv",
+            "--set",
+            "objective=prefill_ms_saved",
+            *flags,
+            "--budget",
+            "1",
+            "--db",
+            db,
+        ]
+    )
+    capsys.readouterr()
+    main(["runs", "list", "--json", "--db", db])
+    (run,) = json.loads(capsys.readouterr().out)
+    main(["runs", "show", run["run_id"], "--json", "--db", db])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["objective"] == "prefill_ms_saved"
+    online = [b for b in shown["baselines"] if not b["oracle"]]
+    most_saved = max(online, key=lambda b: b["metrics"]["prefill_ms_saved"])
+    most_hits = max(online, key=lambda b: b["metrics"]["block_hit_rate"])
+    assert shown["best_baseline"]["name"] == most_saved["name"] != most_hits["name"]
+    assert shown["best_baseline"]["score"] == most_saved["metrics"]["prefill_ms_saved"]
 
 
 def _rows(*requests: tuple[int, list[int]]) -> list[tuple[int, dict[str, object]]]:
