@@ -11,8 +11,8 @@ oracle no candidate can be, "returns" (in every tier, evict first the blocks the
 otherwise the least recently used; keep below only the blocks it uses again), blurred by noise as
 bench/kv_headroom.py blurs it for one tier, each blur with the AUC at which it ranks "used again" over the
 tail's block accesses; the same blurs added to LFU-DA (a forecast spent on top of the best baseline); and the
-AUC of what a cache sees for the same label, which the policy table also adds to LFU-DA. `--quick` (and a checkout without
-the data) uses the shipped head's last third at a tenth of the sizes and a smaller grid.
+AUC of what a cache sees for the same label, which the policy table also adds to LFU-DA. `--quick` (and a
+checkout without the data) uses the shipped head's last third at a tenth of the sizes and a smaller grid.
 """
 
 from __future__ import annotations
