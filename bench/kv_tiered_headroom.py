@@ -23,16 +23,15 @@ from pathlib import Path
 
 import _bench
 import numpy as np
-from kv_headroom import NOISE_HASH, auc, conversations, reused, visible_auc
+from kv_headroom import NOISE_HASH, blurred_auc, conversations, reused, visible_auc
 
 from targets.base import Instance
 from targets.kv.prefix_cache import POLICY_STATIC_KEY
 from targets.kv.target import load_workload, shipped_workload_path
 from targets.kv.tiered.cache import STATIC_BELOW
-from targets.kv.tiered.features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
-from targets.kv.tiered.target import SIGNATURES, TieredKVTarget, tiered_metrics
+from targets.kv.tiered.features import TIERED_COLUMNS
+from targets.kv.tiered.target import ORACLE_SIGNATURES, TieredKVTarget, tiered_metrics
 from verifiers.compiler import to_numba
-from verifiers.program import Signature
 from verifiers.static import check
 
 TRAIN = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"
@@ -69,43 +68,27 @@ POLICIES = {
     ),
 }
 """Each: the GPU key, keep's body and below's expression."""
-BLURRED = '''"""Returns (oracle) blurred by noise of weight {w} in every tier; kept below above the middle."""
-
-
-def priority(b, p):
-    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
-
-
-def keep(b, p):
-    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0) - 0.5 - {w} / 2.0
-
-
-def below(b, p):
-    return (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
-'''
+_FORECAST = "(b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)"
+"""The returns oracle (1 if the block is used again, else 0) blurred by noise of weight w."""
+BLURRED = (
+    '"""Returns (oracle) blurred by noise of weight {w} in every tier; kept below above the middle."""\n\n\n'
+    f"def priority(b, p):\n    return {_FORECAST}\n\n\n"
+    f"def keep(b, p):\n    return {_FORECAST} - 0.5 - {{w}} / 2.0\n\n\n"
+    f"def below(b, p):\n    return {_FORECAST}\n"
+)
 """Weight 0 is "returns" itself (ties go to the least recently used); the noise is kv_headroom's hash of the
 block's latest access time, so a request's blocks share it and it does not follow recency."""
 BLUR_WEIGHTS = (0.0, 1.25, 1.5, 2.0, 3.0, 5.0, 8.0)
-WITH_LFU_DA = '''"""LFU-DA at its best clock plus {k} times the blurred returns oracle (noise weight {w})."""
-
-
-def priority(b, p):
-    forecast = (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
-    return b.accesses + b.last_access / {c} + {k} * forecast
-
-
-def keep(b, p):
-    return 1.0
-
-
-def below(b, p):
-    forecast = (b.next_use < 1.0e11) + {w} * ((b.last_access * {h}) % 1.0)
-    return b.accesses + b.last_access / {c} + {k} * forecast
-'''
+_PLUS = "b.accesses + b.last_access / {c} + {k} * " + f"({_FORECAST})"
+WITH_LFU_DA = (
+    '"""LFU-DA at its best clock plus {k} times the blurred returns oracle (noise weight {w})."""\n\n\n'
+    f"def priority(b, p):\n    return {_PLUS}\n\n\n"
+    "def keep(b, p):\n    return 1.0\n\n\n"
+    f"def below(b, p):\n    return {_PLUS}\n"
+)
 """The forecast spent on top of the best baseline rather than instead of it: what a forecast of that AUC adds
 to LFU-DA, its weight chosen on the tail."""
 FORECAST_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
-ORACLE_SIGNATURES = tuple(Signature(s.name, (*TIERED_FEATURES.names, ORACLE_NEXT)) for s in SIGNATURES)
 
 
 def source(doc: str, priority: str, keep: str, below: str) -> str:
@@ -134,7 +117,7 @@ def main() -> None:
     trace = load_workload(workload)
     start, stop = (int(x) for x in tail.split(":"))
     accesses = reused(trace, start, stop)
-    aucs = {w: _blurred_auc(trace, accesses, w) for w in BLUR_WEIGHTS}
+    aucs = {w: blurred_auc(trace, accesses, w) for w in BLUR_WEIGHTS}
     for gpu, host in sizes:
         config = {"capacity": gpu, "host_capacity": host, "requests": tail, "warm": True}
         (instance,) = [i for i in target.instances(workload, config) if i.role == "eval"]
@@ -182,13 +165,6 @@ def main() -> None:
             "what_a_cache_sees": [{"score": k, "AUC of used again": v} for k, v in visible.items()],
         }
     )
-
-
-def _blurred_auc(trace: object, accesses: tuple[np.ndarray, ...], weight: float) -> float:
-    """AUC of the blurred oracle's score for "used again in the tail", over the tail's block accesses."""
-    again, request, _ = accesses
-    noise = (trace.timestamps_s[request] * NOISE_HASH) % 1.0  # type: ignore[attr-defined]
-    return auc(again + weight * noise, again)
 
 
 def _oracle_saved(instance: Instance, text: str) -> float:

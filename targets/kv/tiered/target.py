@@ -72,7 +72,8 @@ BELOW = Signature(
     "first.",
 )
 SIGNATURES = (PRIORITY, KEEP, BELOW)
-_ORACLE = tuple(Signature(s.name, (*TIERED_FEATURES.names, ORACLE_NEXT)) for s in SIGNATURES)
+ORACLE_SIGNATURES = tuple(Signature(s.name, (*TIERED_FEATURES.names, ORACLE_NEXT)) for s in SIGNATURES)
+"""The three decisions with the oracle's next use beside the features: for Belady and the headroom benches."""
 _BELADY_SOURCE = '''"""Belady over the tiers: evict what returns furthest ahead, keep below what returns."""
 
 
@@ -303,8 +304,8 @@ def _compiled(source: str) -> tuple[Any, Any, Any]:
 
 @functools.cache
 def _belady_keys() -> tuple[Any, Any, Any]:
-    program = check(_BELADY_SOURCE, _ORACLE)
-    return tuple(to_numba(program, s.name, TIERED_COLUMNS) for s in _ORACLE)  # type: ignore[return-value]
+    program = check(_BELADY_SOURCE, ORACLE_SIGNATURES)
+    return tuple(to_numba(program, s.name, TIERED_COLUMNS) for s in ORACLE_SIGNATURES)  # type: ignore[return-value]
 
 
 @functools.cache
