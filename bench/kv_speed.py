@@ -26,8 +26,9 @@ import _bench
 import libcachesim as lcs
 import numpy as np
 
+from targets.kv.block_tree import POLICY_KEY
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import ALL_POPULATION, POLICY_KEY, key_policy, key_reads, population_reads
+from targets.kv.prefix_cache import ALL_POPULATION, key_policy, key_reads, population_reads
 from targets.kv.target import PRIORITY, KVTarget, flatten, load_workload, replay_trace
 from targets.kv.trace import Trace
 from verifiers.compiler import to_numba

@@ -23,12 +23,13 @@ import _bench
 import numpy as np
 
 from targets.base import Instance
-from targets.kv.prefix_cache import POLICY_KEY, POLICY_STATIC_KEY, key_reads, population_reads
+from targets.kv.block_tree import POLICY_KEY, POLICY_STATIC_KEY
+from targets.kv.prefix_cache import key_reads, population_reads
 from targets.kv.target import KVTarget, load_workload, replay_trace, shipped_workload_path
 from targets.kv.target import _compiled as single_key
-from targets.kv.tiered.cache import STATIC_BELOW
-from targets.kv.tiered.target import PRIORITY, TieredKVTarget, replay_tiered
-from targets.kv.tiered.target import _compiled as tiered_keys
+from targets.kv_tiered.cache import STATIC_BELOW
+from targets.kv_tiered.target import PRIORITY, TieredKVTarget, replay_tiered
+from targets.kv_tiered.target import _compiled as tiered_keys
 from verifiers.static import check
 
 TRAIN = _bench.DATA / "kv" / "mooncake_conversation_train.jsonl"

@@ -26,11 +26,11 @@ import numpy as np
 from kv_headroom import NOISE_HASH, blurred_auc, conversations, reused, visible_auc
 
 from targets.base import Instance
-from targets.kv.prefix_cache import POLICY_STATIC_KEY
+from targets.kv.block_tree import POLICY_STATIC_KEY
 from targets.kv.target import load_workload, shipped_workload_path
-from targets.kv.tiered.cache import STATIC_BELOW
-from targets.kv.tiered.features import TIERED_COLUMNS
-from targets.kv.tiered.target import ORACLE_SIGNATURES, TieredKVTarget, tiered_metrics
+from targets.kv_tiered.cache import STATIC_BELOW
+from targets.kv_tiered.features import TIERED_COLUMNS
+from targets.kv_tiered.target import ORACLE_SIGNATURES, TieredKVTarget, tiered_metrics
 from verifiers.compiler import to_numba
 from verifiers.static import check
 

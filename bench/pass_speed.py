@@ -21,7 +21,7 @@ import time
 import _bench
 
 from targets.costmodel.model import load_profile, pass_speed
-from targets.costmodel.profiler import Settings, time_passes
+from targets.reference_engine.profiler import Settings, time_passes
 
 
 def timings(profile: str, count: int, max_tokens: int) -> None:

@@ -1,11 +1,13 @@
-"""Which part of Crucible may import which (DESIGN.md, "Which part may import which"), read from the source.
+"""Which part of Crucible may import which (docs/concepts/architecture.md), read from the source.
 
 Every import statement of every module of the five packages counts, those inside functions too (a lazy
 import is still a dependency), with relative imports resolved. The rules:
 ui -> search; search -> sandbox, targets, verifiers; sandbox -> targets, verifiers; targets -> verifiers;
-verifiers -> none of ours. Inside targets/, the shared parts (base.py, engine/, costmodel/ and the other
-modules beside base.py) import no target, and nothing outside targets/<name>/ imports targets.<name>,
-the registration in targets/__init__.py aside.
+verifiers -> none of ours. Inside targets/, the shared parts (base.py, reference_engine/, costmodel/ and the
+other modules beside base.py) import no target; a target reuses another's mechanism only through its public
+names (kv-tiered the kv prefix cache's parts, batching-capacity the batching target), never a private one;
+and nothing outside targets/ imports a target, the registration in targets/__init__.py aside. Inside search/,
+the layers run one way (LAYERS), and the UI reaches search only through the run service.
 """
 
 from __future__ import annotations
@@ -25,10 +27,27 @@ ALLOWED: dict[str, set[str]] = {
     "targets": {"verifiers"},
     "verifiers": set(),
 }
-SHARED_TARGET_PARTS = {"engine", "costmodel"}
+SHARED_TARGET_PARTS = {"reference_engine", "costmodel"}
 """Folders of targets/ that are the shared mechanism, not a target."""
 REGISTRY = "targets"
 """targets/__init__.py registers the targets by name, so it alone may import them from outside."""
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    (
+        "search.loop",
+        "search.store",
+        "the loop keeps its own records; the service's journal maps them to rows",
+    ),
+    ("search.store", "search.loop", "the store knows rows, not the loop"),
+    ("search.proposers", "search.loop", "a proposer is handed what it needs"),
+    ("search.settings", "search.proposers", "the proposer registry supplies its own setting"),
+    ("search.proposers", "search.settings", "a proposer declares its settings as Options"),
+    ("targets.costmodel", "targets.reference_engine", "the engine is measured into the cost model's format"),
+    ("search.ci", "search.loop", "the CI job drives runs through the service"),
+    ("search.ci", "search.proposers.llm", "the CI job gets models from the proposer registry"),
+)
+"""Layers inside a part, (importer, imported, why): a module under the first never imports the second."""
+UI_REACHES = ("search.service", "search.errors")
+"""What of search the UI may import: the run service (and its records) and the errors it raises."""
 
 
 def target_packages() -> set[str]:
@@ -58,6 +77,10 @@ def imports(source: str, module: str, is_package: bool = False) -> Iterator[tupl
                 yield node.lineno, f"{imported}.{alias.name}"
 
 
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def violations(source: str, module: str, is_package: bool = False) -> list[str]:
     """Each import statement of `module` that the rules forbid, once, as 'line imports name (why)'."""
     top = module.split(".")[0]
@@ -72,7 +95,16 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
             found[line] = f"{line} imports {imported} ({top} may import {allowed})"
         target = parts[1] if parts[0] == "targets" and len(parts) > 1 else None
         if target in target_packages() and target != own and module != REGISTRY:
-            found[line] = f"{line} imports {imported} (only targets/{target}/ and the registry may)"
+            if top != "targets" or own not in target_packages():
+                found[line] = f"{line} imports {imported} (only targets/{target}/ and the registry may)"
+            elif any(part.startswith("_") for part in parts[2:]):
+                found[line] = f"{line} imports {imported} (another target's private name)"
+        for importer, layer, why in FORBIDDEN:
+            if _under(module, importer) and _under(imported, layer):
+                found[line] = f"{line} imports {imported} ({why})"
+        if top == "ui" and parts[0] == "search" and not any(_under(imported, s) for s in UI_REACHES):
+            if imported != "search":
+                found[line] = f"{line} imports {imported} (the UI reaches search through search.service)"
     return list(found.values())
 
 
@@ -87,27 +119,57 @@ def test_a_module_imports_only_what_its_part_may(path: Path) -> None:
 
 def test_the_walk_sees_every_package_and_every_target() -> None:
     names = {module_name(p) for p in modules()}
-    assert {"search.cli", "sandbox.worker", "targets.base", "verifiers.smt", "targets.engine.model"} <= names
+    assert {
+        "search.cli",
+        "sandbox.worker",
+        "targets.base",
+        "verifiers.smt",
+        "targets.reference_engine.model",
+    } <= names
     assert {"kv", "batching"} <= target_packages()
     assert not target_packages() & SHARED_TARGET_PARTS
 
 
 def test_a_shared_part_importing_a_target_is_caught_however_it_imports() -> None:
     lazy_relative = "def f():\n    from ..kv.trace import Trace\n"
-    assert violations(lazy_relative, "targets.engine.model") == [
+    assert violations(lazy_relative, "targets.reference_engine.model") == [
         "2 imports targets.kv.trace (only targets/kv/ and the registry may)"
     ]
     assert violations("from targets import batching\n", "targets.base")
     assert violations("import targets.kv.target\n", "targets.costmodel.model")
-    assert violations("from ..batching.trace import Requests\n", "targets.kv.engine"), "one target, another"
+    assert violations("from ..batching.trace import _parse\n", "targets.kv.reference"), (
+        "another's private name"
+    )
+    assert violations("from targets.kv import _block\n", "targets.kv_tiered.cache"), "another's private name"
     assert violations("from targets.kv.target import KVTarget\n", "search.cli"), "the front end names none"
 
 
 def test_what_the_rules_allow_passes() -> None:
     assert violations("from . import kv\nfrom .kv import KVTarget\n", "targets", is_package=True) == []
-    assert violations("from .trace import Trace\nimport targets.base\n", "targets.kv.engine") == []
-    assert violations("from targets.engine.model import Transformer\n", "targets.batching.engine") == []
+    assert violations("from .trace import Trace\nimport targets.base\n", "targets.kv.reference") == []
+    assert (
+        violations("from targets.reference_engine.model import Transformer\n", "targets.batching.reference")
+        == []
+    )
     assert violations("from search.service import open_service\n", "ui.app") == []
+    assert violations("from targets.kv.eviction_heap import heap_push\n", "targets.kv_tiered.cache") == [], (
+        "a target reuses another's mechanism through its public names"
+    )
+
+
+def test_the_layers_inside_a_part_run_one_way() -> None:
+    assert violations("from search.store.tables import Candidate\n", "search.loop.search")
+    assert violations("from search.loop.holdout import TAIL\n", "search.store.readmodel")
+    assert violations("from search.loop.database import node_count\n", "search.proposers.evolve.proposer")
+    assert violations("from search import proposers\n", "search.settings")
+    assert violations("from search.settings import Setting\n", "search.proposers.base")
+    assert violations("from targets.reference_engine import ops\n", "targets.costmodel.profiler")
+    assert violations("from search.loop.selection import CHOICES\n", "ui.views.launch")
+    assert violations("from search.cli.ui import serve\n", "ui.data")
+    assert not violations("from search.errors import UserError\n", "ui.states")
+    assert not violations(
+        "from targets.costmodel.model import Profile\n", "targets.reference_engine.profiler"
+    )
 
 
 def test_an_import_against_the_direction_is_caught() -> None:

@@ -65,8 +65,8 @@ def profile(args: argparse.Namespace) -> None:
             require("crucible profile", ("torch",))
             import torch
 
-            from targets.costmodel.profiler import Settings
-            from targets.costmodel.profiler import profile as measure
+            from targets.reference_engine.profiler import Settings
+            from targets.reference_engine.profiler import profile as measure
 
             if args.device == "cuda" and torch.cuda.device_count() < 1:
                 raise UserError("--device cuda: no CUDA device is visible")

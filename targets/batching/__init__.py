@@ -1,5 +1,5 @@
 """LLM request scheduling: continuous batching under a KV memory budget."""
 
-from .target import BatchingCapacityTarget, BatchingTarget
+from .target import BatchingTarget
 
-__all__ = ["BatchingCapacityTarget", "BatchingTarget"]
+__all__ = ["BatchingTarget"]

@@ -56,7 +56,7 @@ PASSES_VS_PROFILE = "passes_vs_profile"
 def passes_vs_profile(model: CostModel, limits: Limits) -> float:
     """How much slower this process runs the profile's whole forward passes than the profile prices them,
     over passes no larger than an iteration (a few seconds: timed just before the engine serves)."""
-    from targets.costmodel.profiler import Settings, time_passes
+    from targets.reference_engine.profiler import Settings, time_passes
 
     passes = time_passes(
         model.profile, Settings(warmup=1, repeats=3), limits.block_tokens, limits.token_budget
@@ -66,9 +66,9 @@ def passes_vs_profile(model: CostModel, limits: Limits) -> float:
 
 def engine_executor(requests: Requests, limits: Limits, settings: Mapping[str, Any]) -> Executor:
     """The real engine as an executor: a random-weight model of the settings' shape and seed."""
-    from targets.engine.model import Transformer
+    from targets.reference_engine.model import Transformer
 
-    from .engine import EngineExecutor
+    from .reference import EngineExecutor
 
     seed = int(settings.get("seed", 0))
     model = Transformer(MODELS[str(settings.get("model", "tiny"))], seed=seed)

@@ -241,29 +241,6 @@ class BatchingTarget(TargetBase):
         return metrics
 
 
-class BatchingCapacityTarget(BatchingTarget):
-    """The batching target with serving capacity as its objective: PARAMS are tuned and candidates selected
-    on the largest load they sustain with 90 % of requests within both SLOs (`crucible search --target
-    batching-capacity`); everything else is the batching target's."""
-
-    name = "batching-capacity"
-    description = BatchingTarget.description.replace(
-        "Maximize the share of requests that meet both the time-to-first-token and the time-per-output-token "
-        "SLOs.",
-        "Maximize the serving capacity: the largest load (arrivals as many times as dense as the trace's) "
-        "at which at least 90% of requests meet both the time-to-first-token and the time-per-output-token "
-        "SLOs.",
-    )
-    objective = Objective("capacity", "maximize")
-    report_metrics = (
-        "capacity",
-        "capacity_rps",
-        *BatchingTarget.report_metrics[:1],
-        *BatchingTarget.report_metrics[2:],
-    )
-    sweep_roles = ("train", "eval")
-
-
 def swept_capacity(
     instance: Instance, limits: Limits, key: Any, params: np.ndarray, pricing: Pricing
 ) -> dict[str, float]:
@@ -368,4 +345,4 @@ def _srpt_key() -> Callable[..., float]:
     return to_numba(check(_SRPT_SOURCE, [_SRPT]), PRIORITY.name, ORACLE_COLUMNS)
 
 
-__all__ = ["METRICS", "BatchingCapacityTarget", "BatchingTarget"]
+__all__ = ["METRICS", "BatchingTarget"]

@@ -1,7 +1,7 @@
 """How the batching simulator is checked against the real engine: each policy serves one slice twice.
 
 In one job per policy the target serves the slice with the same scheduler, once priced by the cost model
-and once run on real kernels (targets/batching/engine.py), and returns both sets of metrics. The slice is
+and once run on real kernels (targets/batching/reference.py), and returns both sets of metrics. The slice is
 scaled down to fit the engine on 2 cores: token counts and the token budget divided by `token_divisor`
 (KV blocks are `block_tokens` after the division, the size the profile's attention was measured at),
 outputs capped at `max_output`, arrivals made `load` times as dense. Policies are ranked by mean TTFT:

@@ -7,7 +7,7 @@ every term, so it never predicts less time for more work, and it extrapolates to
 the measured grid, which a piecewise table in two or three dimensions cannot do. Each fit is scored on
 measurements it did not see (held back at random), and those errors are stored with the profile.
 
-Reading a profile needs numpy only; measuring one needs torch (`targets.costmodel.profiler`).
+Reading a profile needs numpy only; measuring one needs torch (`targets.reference_engine.profiler`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ OPERATORS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Terms]] = {
 gemm: an (m x k) by (k x n) product. attn_prefill: q new tokens attending causally over ctx cached and
 the q new keys. attn_decode: one new token per sequence of a batch, over `keys` keys in all (the sum of
 the batch's contexts, each including its new token). norm: add a residual and RMS-normalize m x width.
-act: the gated activation of m x width. The engine's ops (targets/engine/ops.py) are exactly these.
+act: the gated activation of m x width. The engine's ops (targets/reference_engine/ops.py) are exactly these.
 forward: one whole forward pass over a batch of `sequences` rows and `tokens` tokens whose operators, priced
 by the fits above, take ops_ms: those operators as they run inside the pass (a factor on ops_ms) and the
 pass's own work outside any of them (per pass, per token, per sequence), fitted to timed whole passes."""

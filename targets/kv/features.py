@@ -7,40 +7,50 @@ from targets.base import Feature, FeatureRegistry
 NEVER_S = 1.0e6
 """Stand-in for "never" in time-since features (about 11.6 days, longer than any shipped trace)."""
 
-_INF = 1.0e12
+UNBOUNDED = 1.0e12
+"""The upper end of a feature with no natural bound (a time, a count): far beyond any trace."""
 
 BLOCK_FEATURES = FeatureRegistry(
     (
         Feature(
-            "now", "s", 0.0, _INF, "current time: the arrival of the request that needs room", clock=True
+            "now", "s", 0.0, UNBOUNDED, "current time: the arrival of the request that needs room", clock=True
         ),
-        Feature("last_access", "s", 0.0, _INF, "time of the block's latest access", clock=True),
+        Feature("last_access", "s", 0.0, UNBOUNDED, "time of the block's latest access", clock=True),
         Feature(
-            "inserted_at", "s", 0.0, _INF, "time the block entered the cache (this residency)", clock=True
+            "inserted_at",
+            "s",
+            0.0,
+            UNBOUNDED,
+            "time the block entered the cache (this residency)",
+            clock=True,
         ),
-        Feature("age", "s", 0.0, _INF, "now - last_access"),
-        Feature("lifetime", "s", 0.0, _INF, "now - inserted_at: time since insertion"),
-        Feature("hits", "count", 0.0, _INF, "cache hits on the block during this residency"),
-        Feature("accesses", "count", 1.0, _INF, "requests that used the block, over all residencies"),
-        Feature("depth", "blocks", 1.0, _INF, "position of the block in its prefix (1 = first block)"),
+        Feature("age", "s", 0.0, UNBOUNDED, "now - last_access"),
+        Feature("lifetime", "s", 0.0, UNBOUNDED, "now - inserted_at: time since insertion"),
+        Feature("hits", "count", 0.0, UNBOUNDED, "cache hits on the block during this residency"),
+        Feature("accesses", "count", 1.0, UNBOUNDED, "requests that used the block, over all residencies"),
+        Feature("depth", "blocks", 1.0, UNBOUNDED, "position of the block in its prefix (1 = first block)"),
         Feature("tokens", "tokens", 1.0, 512.0, "tokens held by the block (the last block may be partial)"),
-        Feature("prefix_tokens", "tokens", 1.0, _INF, "tokens of the prefix up to and including this block"),
-        Feature("fanout", "count", 0.0, _INF, "distinct child blocks seen so far (branch points are shared)"),
+        Feature(
+            "prefix_tokens", "tokens", 1.0, UNBOUNDED, "tokens of the prefix up to and including this block"
+        ),
+        Feature(
+            "fanout", "count", 0.0, UNBOUNDED, "distinct child blocks seen so far (branch points are shared)"
+        ),
         Feature(
             "reuse_mean",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "mean interval between accesses; now - first access while it was used only once",
         ),
         Feature(
             "last_interval",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "interval between the two latest accesses; now - first access while used once",
         ),
-        Feature("evictions", "count", 0.0, _INF, "ghost history: times the block was evicted before"),
+        Feature("evictions", "count", 0.0, UNBOUNDED, "ghost history: times the block was evicted before"),
         Feature(
             "since_evicted",
             "s",
@@ -48,10 +58,10 @@ BLOCK_FEATURES = FeatureRegistry(
             NEVER_S,
             "ghost history: time since the block was last evicted (1e6 if never)",
         ),
-        Feature("pop_hits_p50", "count", 0.0, _INF, "median hits over the evictable blocks right now"),
-        Feature("pop_hits_p90", "count", 0.0, _INF, "90th percentile of hits over the evictable blocks"),
-        Feature("pop_age_p50", "s", 0.0, _INF, "median age over the evictable blocks right now"),
-        Feature("pop_age_p90", "s", 0.0, _INF, "90th percentile of age over the evictable blocks"),
+        Feature("pop_hits_p50", "count", 0.0, UNBOUNDED, "median hits over the evictable blocks right now"),
+        Feature("pop_hits_p90", "count", 0.0, UNBOUNDED, "90th percentile of hits over the evictable blocks"),
+        Feature("pop_age_p50", "s", 0.0, UNBOUNDED, "median age over the evictable blocks right now"),
+        Feature("pop_age_p90", "s", 0.0, UNBOUNDED, "90th percentile of age over the evictable blocks"),
         Feature(
             "frontier",
             "0/1",
@@ -64,21 +74,21 @@ BLOCK_FEATURES = FeatureRegistry(
             "parent_age",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "now - latest access of the block's parent (0 for a first block: every request passes the root)",
         ),
         Feature(
             "parent_requests",
             "count",
             1.0,
-            _INF,
+            UNBOUNDED,
             "requests that used the block's parent (for a first block, every request so far)",
         ),
         Feature(
             "turns",
             "count",
             1.0,
-            _INF,
+            UNBOUNDED,
             "turns of the conversation up to the latest request that used the block (1: a first turn); a "
             "request is the next turn of the one whose every block but the last it extends",
             integer=True,
@@ -87,14 +97,14 @@ BLOCK_FEATURES = FeatureRegistry(
             "turn_gap",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "mean interval between those turns (0 for a first turn): how soon the conversation came back",
         ),
         Feature(
             "ewma_hit_age",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "population: moving average (weight 0.01) of a block's age when it is hit, over the hits so far "
             "(0 before the first): how long reused blocks waited",
         ),
@@ -102,7 +112,7 @@ BLOCK_FEATURES = FeatureRegistry(
             "ewma_evict_age",
             "s",
             0.0,
-            _INF,
+            UNBOUNDED,
             "population: moving average (weight 0.01) of a block's age when it is evicted, over the "
             "evictions so far (0 before the first): how long the cache keeps what it drops",
         ),
@@ -128,7 +138,7 @@ ORACLE_NEXT_USE = Feature(
     "next_use",
     "s",
     0.0,
-    _INF,
+    UNBOUNDED,
     "time of the block's next use (offline knowledge; only the Belady bound may read it)",
 )
 """A hidden column after the registry; no candidate may read it, so it is not in BLOCK_FEATURES."""

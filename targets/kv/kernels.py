@@ -57,9 +57,9 @@ def engine_metrics(
     """Replay the trace in the real engine under the mechanism's eviction decisions; measured figures."""
     if not np.array_equal(trace.input_tokens, np.diff(trace.offsets) * trace.block_size):
         raise WorkloadError("the engine replays whole blocks: give the instance a block_tokens size")
-    from targets.engine.model import Transformer
+    from targets.reference_engine.model import Transformer
 
-    from .engine import replay
+    from .reference import replay
 
     model = Transformer(MODELS[str(settings.get("model", "tiny"))], seed=int(settings.get("seed", 0)))
     report = replay(

@@ -32,16 +32,13 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .block_tree import COUNTERS, POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
 from .export import SGLANG
 from .features import BLOCK_FEATURES, NEVER_S, ORACLE_COLUMNS, ORACLE_NEXT_USE
 from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
 from .prefix_cache import (
     ALL_POPULATION,
-    COUNTERS,
-    POLICY_S3FIFO,
-    POLICY_SIEVE,
-    POLICY_STATIC_KEY,
     compiled_replay,
     key_policy,
     key_reads,
@@ -413,11 +410,11 @@ def _behaviour_sample() -> tuple[tuple[Mapping[str, float], ...], ...]:
             "ewma_hit_age": log_between(0.01, now) if rng.random() < 0.9 else 0.0,
             "ewma_evict_age": log_between(0.01, now) if rng.random() < 0.9 else 0.0,
         }
-        decisions.append(tuple(_sampled_block(rng, moment, log_between) for _ in range(BEHAVIOUR_BLOCKS)))
+        decisions.append(tuple(sampled_block(rng, moment, log_between) for _ in range(BEHAVIOUR_BLOCKS)))
     return tuple(decisions)
 
 
-def _sampled_block(
+def sampled_block(
     rng: np.random.Generator, moment: Mapping[str, float], log_between: Callable[[float, float], float]
 ) -> dict[str, float]:
     """One evictable block at `moment`, every relation of BLOCK_FEATURES kept."""

@@ -1,7 +1,7 @@
 """How the kv simulator is checked against the real engine: prefill time saved, predicted and measured.
 
 Each policy replays the same slice twice in one job: in the simulator, which prices the prefill its hits
-save with the cost model, and in the engine (targets/kv/engine.py), which prefills every prompt over its
+save with the cost model, and in the engine (targets/kv/reference.py), which prefills every prompt over its
 cached prefix and from scratch on real kernels under the same eviction decisions. The slice is scaled to
 whole blocks of `block_tokens` tokens, the size the profile's attention was measured at.
 """

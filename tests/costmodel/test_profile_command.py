@@ -258,7 +258,7 @@ def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) ->
 @pytest.mark.torch
 def test_passes_are_timed_again_at_the_profile_s_compositions_no_larger_than_an_iteration() -> None:
     pytest.importorskip("torch")
-    from targets.costmodel.profiler import Settings, time_passes
+    from targets.reference_engine.profiler import Settings, time_passes
 
     shipped = load_profile("cpu-2core-passes")
     timed = time_passes(shipped, Settings(warmup=0, repeats=1), block=8, max_tokens=40)
@@ -271,7 +271,7 @@ def test_passes_are_timed_again_at_the_profile_s_compositions_no_larger_than_an_
 def test_a_profile_without_timed_passes_cannot_be_timed_again() -> None:
     pytest.importorskip("torch")
     from targets.costmodel.model import ProfileError
-    from targets.costmodel.profiler import Settings, time_passes
+    from targets.reference_engine.profiler import Settings, time_passes
 
     with pytest.raises(ProfileError, match="no timed forward passes"):
         time_passes(load_profile("cpu-2core"), Settings(), block=8, max_tokens=64)
@@ -280,7 +280,7 @@ def test_a_profile_without_timed_passes_cannot_be_timed_again() -> None:
 @pytest.mark.torch
 def test_profile_measures_every_operator_and_collective_into_a_loadable_file(tmp_path) -> None:
     pytest.importorskip("torch")
-    from targets.costmodel.profiler import Settings, profile
+    from targets.reference_engine.profiler import Settings, profile
 
     micro = ModelShape("micro", layers=1, hidden=16, heads=2, head_dim=8, ffn=16, vocab=32)
     settings = Settings(warmup=1, repeats=1, min_seconds=0.0, groups=(2,))

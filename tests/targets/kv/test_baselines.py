@@ -11,10 +11,10 @@ import pytest
 
 from search.cli.main import main
 from targets.base import Objective, OptionError
-from targets.kv.prefix_cache import POLICY_STATIC_KEY
+from targets.kv.block_tree import POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, _compiled, replay_trace, shipped_workload_path
-from targets.kv.tiered import TieredKVTarget
 from targets.kv.trace import build_trace
+from targets.kv_tiered import TieredKVTarget
 from verifiers.static import check
 
 TARGET = KVTarget()

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from targets.base import Instance
+from targets.kv.block_tree import POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import POLICY_KEY, POLICY_S3FIFO, POLICY_SIEVE
 from targets.kv.target import PRIORITY, KVTarget, _belady_key, instance_trace, replay
 from verifiers.compiler import to_numba
 from verifiers.static import check

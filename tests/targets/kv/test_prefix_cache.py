@@ -8,29 +8,30 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prefix_traces import prefix_traces
 
-from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import (
-    ALL_POPULATION,
+from targets.kv.block_tree import (
     COUNTERS,
     POLICY_KEY,
     POLICY_S3FIFO,
     POLICY_SIEVE,
     POLICY_STATIC_KEY,
-    POP_AGE,
-    POP_HITS,
-    READS_EWMA,
-    READS_PARENT,
     SKIP_DEPTH,
     SKIP_EVICTIONS,
     SKIP_PARENT,
     SKIP_REUSE,
     SKIP_TOKENS,
+)
+from targets.kv.eviction_heap import heap_pop, heap_push, heapify
+from targets.kv.features import BLOCK_FEATURES
+from targets.kv.prefix_cache import (
+    ALL_POPULATION,
+    POP_AGE,
+    POP_HITS,
+    READS_EWMA,
+    READS_PARENT,
     TIME_VARYING,
     _count_percentiles,
-    _heap_pop,
-    _heap_push,
-    _heapify,
     _percentiles,
     key_policy,
     key_reads,
@@ -56,31 +57,6 @@ def priority(b, p):
     return p.a * b.hits - b.age + p.c * b.depth + p.d * b.evictions
 '''
 _KEY = to_numba(check(_MIXED, [PRIORITY]), "priority", BLOCK_FEATURES.columns())
-
-
-@st.composite
-def prefix_traces(draw: st.DrawFn) -> Trace:
-    """Requests that extend random earlier prefixes, so the ids form a tree with shared branches; half of them
-    arrive with the one before, as many do in Mooncake traces (a key's scores are kept between those)."""
-    paths: list[list[int]] = []
-    next_id = 0
-    records = []
-    t = 0
-    for line in range(draw(st.integers(1, 40))):
-        base: list[int] = []
-        if paths and draw(st.booleans()):
-            earlier = draw(st.sampled_from(paths))
-            base = earlier[: draw(st.integers(1, len(earlier)))]
-        fresh = draw(st.integers(0 if base else 1, 6))
-        path = base + list(range(next_id, next_id + fresh))
-        next_id += fresh
-        paths.append(path)
-        t += draw(st.integers(0, 5000)) if draw(st.booleans()) else 0
-        tokens = 512 * (len(path) - 1) + draw(st.integers(1, 512))
-        records.append(
-            (line + 1, {"timestamp": t, "input_length": tokens, "output_length": 1, "hash_ids": path})
-        )
-    return build_trace(records, source="generated")
 
 
 def _replay(trace: Trace, capacity: int, policy: int, params: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -418,16 +394,16 @@ def test_the_heap_gives_its_entries_lowest_score_first_then_oldest_access(
     for i, (score, seq) in enumerate(first):
         heap[2 * i], heap[2 * i + 1] = score, seq
     n = len(first)
-    _heapify(heap, n)
+    heapify(heap, n)
     reference = list(first)
     heapq.heapify(reference)
     for (score, seq), (_, pop_now) in zip(rows[split:], entries[split:], strict=True):
-        n = _heap_push(heap, n, score, seq)
+        n = heap_push(heap, n, score, seq)
         heapq.heappush(reference, (score, seq))
         if pop_now:
             assert (heap[0], heap[1]) == heapq.heappop(reference)
-            n = _heap_pop(heap, n)
+            n = heap_pop(heap, n)
     while n:
         assert (heap[0], heap[1]) == heapq.heappop(reference)
-        n = _heap_pop(heap, n)
+        n = heap_pop(heap, n)
     assert not reference

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import pytest
+from prefix_traces import recording_lru
 
 import targets
 from targets.base import Feature, FeatureRegistry
+from targets.kv.block_tree import POLICY_KEY
 from targets.kv.features import BLOCK_FEATURES
-from targets.kv.prefix_cache import POLICY_KEY
 from targets.kv.target import KVTarget, load_workload, replay_trace
-from verifiers.compiler import SIGNATURE, param_vector, to_numba, to_python
+from verifiers.compiler import param_vector, to_numba, to_python
 from verifiers.program import Program
 from verifiers.properties import Domain, Outcome
 from verifiers.smt import prove
@@ -131,21 +131,11 @@ def test_more_hits_lowering_the_priority_is_reported_with_both_block_states() ->
 _ROWS = 200_000
 
 
-@numba.njit(SIGNATURE)
-def _recording_lru(X: np.ndarray, j: int, P: np.ndarray) -> float:
-    """LRU that copies every row it scores into P (P[0] counts them), so a test can read the features."""
-    n, width = int(P[0]), X.shape[1]
-    if 1 + (n + 1) * width <= P.shape[0]:
-        P[1 + n * width : 1 + (n + 1) * width] = X[j]
-        P[0] = n + 1
-    return X[j, 1]
-
-
 @pytest.mark.parametrize("workload", ["gen:chat:1", "gen:agentic:2"])
 def test_the_declared_relations_hold_on_every_block_the_simulator_scores(workload: str) -> None:
     width = len(BLOCK_FEATURES) + 1
     store = np.zeros(1 + _ROWS * width)
-    replay_trace(load_workload(workload), 150, _recording_lru, store, POLICY_KEY)
+    replay_trace(load_workload(workload), 150, recording_lru, store, POLICY_KEY)
     n = int(store[0])
     assert n > 1000, "the capacity is small enough that blocks are evicted"
     rows = store[1 : 1 + n * width].reshape(n, width)

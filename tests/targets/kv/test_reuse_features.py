@@ -8,34 +8,25 @@ from __future__ import annotations
 
 import ast
 
-import numba
 import numpy as np
 import pytest
+from prefix_traces import recording_lru
 
 from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
 from search.proposers.evolve.proposer import EvolveProposer
 from search.proposers.llm.prompting import Templates
+from targets.kv.block_tree import POLICY_KEY
 from targets.kv.features import BLOCK_FEATURES, N_COLUMNS
-from targets.kv.prefix_cache import POLICY_KEY, TIME_VARYING
+from targets.kv.prefix_cache import TIME_VARYING
 from targets.kv.target import SHIPPED_CAPACITY, KVTarget, replay_trace, shipped_workload_path
 from targets.kv.trace import build_trace
-from verifiers.compiler import SIGNATURE, to_python
+from verifiers.compiler import to_python
 from verifiers.smt import prove
 from verifiers.static import check
 
 _COLUMN = BLOCK_FEATURES.columns()
 _LAST = _COLUMN["last_access"]
-
-
-@numba.njit(SIGNATURE)
-def _recording_lru(X: np.ndarray, j: int, P: np.ndarray) -> float:
-    """LRU that copies every row it scores into P (P[0] counts them), so a test can read the features."""
-    n, width = int(P[0]), X.shape[1]
-    if 1 + (n + 1) * width <= P.shape[0]:
-        P[1 + n * width : 1 + (n + 1) * width] = X[j]
-        P[0] = n + 1
-    return X[j, 1]
 
 
 def _request(t_ms: int, hash_ids: list[int]) -> dict[str, object]:
@@ -72,7 +63,7 @@ _EXPECTED = {
 
 def _scored_rows() -> np.ndarray:
     store = np.zeros(1 + 100 * N_COLUMNS)
-    replay_trace(_TRACE, 5, _recording_lru, store, POLICY_KEY)
+    replay_trace(_TRACE, 5, recording_lru, store, POLICY_KEY)
     n = int(store[0])
     return store[1 : 1 + n * N_COLUMNS].reshape(n, N_COLUMNS)
 
@@ -119,7 +110,7 @@ _EXPECTED_TURNS = {
 
 def test_turns_and_turn_gap_count_a_conversation_by_the_requests_that_extend_it() -> None:
     store = np.zeros(1 + 100 * N_COLUMNS)
-    replay_trace(_TURNS_TRACE, 8, _recording_lru, store, POLICY_KEY)
+    replay_trace(_TURNS_TRACE, 8, recording_lru, store, POLICY_KEY)
     rows = store[1 : 1 + int(store[0]) * N_COLUMNS].reshape(-1, N_COLUMNS)
     turns, gap = _COLUMN["turns"], _COLUMN["turn_gap"]
     seen = {(int(row[_COLUMN["depth"]]), float(row[_LAST])): (row[turns], row[gap]) for row in rows}

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_prefix_cache import prefix_traces
+from prefix_traces import prefix_traces
 
 from targets.base import Instance
-from targets.kv.prefix_cache import POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
+from targets.kv.block_tree import POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, load_workload, shipped_workload_path
-from targets.kv.tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, compiled_replay_tiered
-from targets.kv.tiered.deployment import DEPLOYMENTS
-from targets.kv.tiered.target import TieredKVTarget, _compiled
 from targets.kv.trace import Trace
+from targets.kv_tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, compiled_replay_tiered
+from targets.kv_tiered.deployment import DEPLOYMENTS
+from targets.kv_tiered.target import TieredKVTarget, _compiled
 from verifiers.static import check
 
 KV, TIERED = KVTarget(), TieredKVTarget()

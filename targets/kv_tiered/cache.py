@@ -1,8 +1,9 @@
 """A tiered prefix KV cache: a GPU tier over host memory and an optional disk, replayed over a trace.
 
 Mechanism, as SGLang's HiCache (HiRadixCache), vLLM's KV offloading and LMCache keep it:
-- the GPU tier is the single-tier cache of ../prefix_cache.py: prefix-closed, its `capacity` blocks, the
-  request in flight pinned, only unpinned leaves (no child in GPU memory) evicted, lowest `priority` first;
+- the GPU tier is the single-tier cache of targets/kv/prefix_cache.py: prefix-closed, its `capacity`
+  blocks, the request in flight pinned, only unpinned leaves (no child in GPU memory) evicted, lowest
+  `priority` first;
 - below it, host memory and disk hold copies of blocks, each block in one of them at most; a block and its
   copy below are one cache entry (a hit in GPU memory leaves the copy where it is, HiCache's host value);
 - a request reuses the longest prefix of its blocks found in any tier: those in GPU memory as they are,
@@ -33,35 +34,30 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit, types
 
-from verifiers.compiler import FUNCTION_TYPE
-
-from ..prefix_cache import (
-    _HITS,
-    _INSERTED,
-    _N_STATE,
-    _S3_GHOST_SHARE,
-    _S3_SMALL_SHARE,
-    _SEQ,
+from targets.kv.block_tree import (
     COUNTERS,
+    HITS,
+    N_STATE,
     POLICY_KEY,
     POLICY_S3FIFO,
     POLICY_SIEVE,
     POLICY_STATIC_KEY,
-    _arrival,
-    _compact,
-    _drop,
-    _fill_row,
-    _heap_push,
-    _heapify,
-    _leaf_add,
-    _pop_leaf,
-    _queue_access,
-    _queue_insert,
-    _queue_next,
-    _touch,
-    _trace_tables,
-    _turn,
+    SEQ,
+    access,
+    admitted,
+    arrival,
+    evict_leaf,
+    leaf_add,
+    longest_request,
+    new_residency,
+    trace_tables,
+    turn,
 )
+from targets.kv.block_tree import fill_row as fill_block_row
+from targets.kv.eviction_heap import compact, heap_push, heapify, pop_leaf
+from targets.kv.queue_policies import new_queues, queue_access, queue_evict, queue_insert, queue_shares
+from verifiers.compiler import FUNCTION_TYPE
+
 from .features import N_TIER_COLUMNS, TIER_COLUMN
 
 GPU, HOST, DISK = 0, 1, 2
@@ -129,7 +125,7 @@ def _scored(f, params, X, S, tree, costs, lower, b, tier, now, r):
     """The score itself, out of line (many places call it): the single-tier features, where the block is and
     since when, and what bringing it back from below costs against computing it again."""
     low, gpu_since, low_since = lower
-    _fill_row(X, b, now, r + 1.0, S, tree, 0)
+    fill_block_row(X, b, now, r + 1.0, S, tree, 0)
     X[0, TIER_COLUMN] = tier
     X[0, TIER_COLUMN + 1] = 1.0 if tier == GPU and low[b] > 0 else 0.0
     X[0, TIER_COLUMN + 2] = now - (gpu_since[b] if tier == GPU else low_since[b])
@@ -144,8 +140,8 @@ def _scored(f, params, X, S, tree, costs, lower, b, tier, now, r):
 def _push(H, pn, s, b, S, blocks, member, children):
     """Push (s, b's last access) on a heap, first dropping its stale entries if it is full."""
     if pn == H.size // 2:
-        pn = _compact(H, pn, member, children, S, blocks)
-    return _heap_push(H, pn, s, S[b, _SEQ])
+        pn = compact(H, pn, member, children, S, blocks)
+    return heap_push(H, pn, s, S[b, SEQ])
 
 
 @njit(cache=True, inline="always")
@@ -218,16 +214,16 @@ def _free(t, now, r, ctx):
         for i in range(lower[_N_LIST][t]):
             b = lower[_LISTS][t, i]
             if not pinned[b]:
-                H[2 * pn], H[2 * pn + 1] = _tier_score(ctx[_KEYS][_BELOW], b, t, now, r, ctx), S[b, _SEQ]
+                H[2 * pn], H[2 * pn + 1] = _tier_score(ctx[_KEYS][_BELOW], b, t, now, r, ctx), S[b, SEQ]
                 pn += 1
-        _heapify(H, pn)
+        heapify(H, pn)
         n_heap[t] = pn
         scored[t] = epoch
     children = lower[_KHOST] if t == HOST else lower[_KIDS]
     held, held_s = lower[_HELD], lower[_HELD_S]
-    b, pn, n_held = _pop_leaf(H, n_heap[t], blocks, lower[_MEMBER][t], children, pinned, S, held, held_s, 0)
+    b, pn, n_held = pop_leaf(H, n_heap[t], blocks, lower[_MEMBER][t], children, pinned, S, held, held_s, 0)
     for i in range(n_held):  # the request's own blocks stay below until it has them in GPU memory
-        pn = _heap_push(H, pn, held_s[i], S[held[i], _SEQ])
+        pn = heap_push(H, pn, held_s[i], S[held[i], SEQ])
     n_heap[t] = pn
     if b >= 0:
         lower[_LOW][b] = 0
@@ -326,14 +322,14 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
     static = gpu_policy == POLICY_STATIC_KEY
     keyed = static or gpu_policy == POLICY_KEY
     queued = gpu_policy in (POLICY_SIEVE, POLICY_S3FIFO)
-    small_cap = max(1, int(_S3_SMALL_SHARE * capacity))
-    main_cap = capacity - small_cap
-    ghost_cap = int(_S3_GHOST_SHARE * capacity)
+    shares = queue_shares(capacity)
+    evicting = (S, gpu, nchild, parent, leaves, leaf_pos, ewma, counters)  # what a GPU eviction changes
+    walk = (blocks, next_pos, parent, block_tokens)  # what an access reads of the trace
     n_leaves, used, seq, pn, hand, has_evicted = 0, 0, 0, 0, -1, False
 
     for r in range(n_req):
         # The longest prefix cached anywhere: in GPU memory first (it is prefix-closed), then below.
-        now, a0, n, k = _arrival(r, counted_from, counters, times, offsets, blocks, gpu)
+        now, a0, n, k = arrival(r, counted_from, counters, times, offsets, blocks, gpu)
         epoch[0] = r if modes & PRIORITY_READS_PARENT else now
         epoch[1] = r if modes & BELOW_READS_PARENT else now
         found = k
@@ -348,17 +344,12 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             if prefill[base + i + 1] + loads < ttft[r]:
                 reused, ttft[r] = i + 1, prefill[base + i + 1] + loads
 
-        _turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps)
-        turn_gap = req_gaps[r] / (req_turns[r] - 1.0) if req_turns[r] > 1.0 else 0.0
+        turn_gap = turn(r, now, a0, n, times, offsets, blocks, S, req_turns, req_gaps)
         for i in range(n):
-            b = blocks[a0 + i]
             seq += 1
-            _touch(b, i == n - 1, r, now, seq, req_turns[r], turn_gap, next_pos[a0 + i], S, seen, parent)
-            pinned[b] = True
-            counters[1] += 1
-            counters[3] += block_tokens[b]
+            b = access(r, a0, i, n, now, seq, req_turns[r], turn_gap, walk, S, seen, pinned, counters)
             if i < reused:
-                S[b, _HITS] += 1.0
+                S[b, HITS] += 1.0
                 tier = GPU if i < k else low[b]
                 counters[2 if tier == GPU else _HOST_HITS if tier == HOST else _DISK_HITS] += 1
                 counters[4 if tier == GPU else _HOST_TOKENS if tier == HOST else _DISK_TOKENS] += (
@@ -367,7 +358,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             elif i < found:
                 counters[_RECOMPUTED] += 1
             if queued:
-                _queue_access(b, i < k, queues)
+                queue_access(b, i < k, queues)
 
         need = used + (n - k) - capacity
         if need > 0 and keyed:
@@ -376,57 +367,59 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
                 for i in range(n_leaves):
                     b = leaves[i]
                     if not pinned[b]:
-                        H[2 * pn], H[2 * pn + 1] = _tier_score(f_gpu, b, GPU, now, r, ctx), S[b, _SEQ]
+                        H[2 * pn], H[2 * pn + 1] = _tier_score(f_gpu, b, GPU, now, r, ctx), S[b, SEQ]
                         pn += 1
-                _heapify(H, pn)
+                heapify(H, pn)
                 scored[0] = epoch[0]
             n_held = 0
             while need > 0:
-                b, pn, n_held = _pop_leaf(H, pn, blocks, gpu, nchild, pinned, S, held, held_s, n_held)
+                b, pn, n_held = pop_leaf(H, pn, blocks, gpu, nchild, pinned, S, held, held_s, n_held)
                 if b < 0:
                     break
-                n_leaves, p = _drop(b, now, S, gpu, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
+                n_leaves, p = evict_leaf(b, now, evicting, n_leaves)
                 if p >= 0 and not pinned[p]:  # the parent just became an evictable leaf: score it now
                     pn = _push(H, pn, _tier_score(f_gpu, p, GPU, now, r, ctx), p, S, blocks, gpu, nchild)
                 _demoted(b, now, r, ctx)
-                counters[5] += 1
-                used -= 1
                 need -= 1
             for i in range(n_held):
                 pn = _push(H, pn, held_s[i], held[i], S, blocks, gpu, nchild)
         elif need > 0:
             steps, limit = 0, 4 * (used + 1)
             while need > 0:
-                b, hand, steps, has_evicted = _queue_next(
-                    gpu_policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap
+                b, n_leaves, hand, steps, has_evicted = queue_evict(
+                    gpu_policy,
+                    hand,
+                    steps,
+                    limit,
+                    has_evicted,
+                    pinned,
+                    shares,
+                    queues,
+                    now,
+                    evicting,
+                    n_leaves,
                 )
                 if b < 0:
                     break
-                n_leaves, _ = _drop(b, now, S, gpu, nchild, parent, leaves, leaf_pos, n_leaves, ewma)
                 _demoted(b, now, r, ctx)
-                counters[5] += 1
-                used -= 1
                 need -= 1
 
-        for i in range(k, n):
-            if used >= capacity:
-                counters[6] += n - i
-                break
+        stop = admitted(n, need, counters)
+        for i in range(k, stop):
             b = blocks[a0 + i]
             gpu[b] = True
             gpu_since[b] = now
-            used += 1
             if low[b] == 0:  # computed anew: a new residency
-                S[b, _INSERTED] = now
-                S[b, _HITS] = 0.0
+                new_residency(b, now, S)
                 _family(b, kids, 1, now, r, ctx)
             else:
                 _relist(b, now, r, ctx)  # in GPU memory again: no longer evictable below
-            n_leaves, _ = _leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves)
+            n_leaves, _ = leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves)
             if queued:
-                _queue_insert(b, gpu_policy, has_evicted, small_cap, queues)
+                queue_insert(b, gpu_policy, has_evicted, shares[0], queues)
             if write_through and low[b] == 0:
                 _keep_below(b, True, now, r, ctx)
+        used = min(capacity, used + n - k)  # full, or all it held and the misses
 
         for i in range(n):
             b = blocks[a0 + i]
@@ -456,12 +449,10 @@ def _replay_tiered(
 ):
     n_req = offsets.size - 1
     nb = parent.size
-    next_pos, prefix_tokens = _trace_tables(blocks, parent, block_tokens)
-    max_len = 0
-    for r in range(n_req):
-        max_len = max(max_len, offsets[r + 1] - offsets[r])
+    next_pos, prefix_tokens = trace_tables(blocks, parent, block_tokens)
+    max_len = longest_request(offsets)
 
-    S = np.zeros((nb, _N_STATE), np.float64)
+    S = np.zeros((nb, N_STATE), np.float64)
     X = np.zeros((1, N_TIER_COLUMNS), np.float64)
     flags = (np.zeros(nb, np.bool_), np.zeros(nb, np.bool_), np.zeros(nb, np.int64))
     room = max(min(capacities[HOST], nb), min(capacities[DISK], nb))
@@ -501,17 +492,7 @@ def _replay_tiered(
         np.empty(max_len + 1, np.float64),  # held_s
         np.zeros(4, np.float64),  # ewma
     )
-    nq = nb if gpu_policy in (POLICY_SIEVE, POLICY_S3FIFO) else 0
-    queues = (
-        np.zeros(nq, np.int64),
-        np.full(nq, -1, np.int64),
-        np.full(nq, -1, np.int64),
-        np.full(4, -1, np.int64),
-        np.full(4, -1, np.int64),
-        np.zeros(4, np.int64),
-        np.zeros(nq, np.int64),
-        np.zeros(nq, np.bool_),
-    )
+    queues = new_queues(nb, gpu_policy)
     ttft = np.zeros(n_req, np.float64)
     out = (ttft, np.ones(n_req, np.float64), np.zeros(n_req, np.float64))
     _tiered_requests(

@@ -8,12 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from targets.batching.engine import EngineExecutor, prompt_tokens  # noqa: E402
+from targets.batching.reference import EngineExecutor, prompt_tokens  # noqa: E402
 from targets.batching.scheduler import Batch, Limits, serve  # noqa: E402
 from targets.batching.target import BatchingTarget, _compiled  # noqa: E402
 from targets.batching.trace import Requests  # noqa: E402
 from targets.costmodel.shapes import ModelShape  # noqa: E402
-from targets.engine.model import Transformer  # noqa: E402
+from targets.reference_engine.model import Transformer  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -33,8 +33,7 @@ import numpy as np
 from targets.base import Command, CommandResult, Option
 from targets.costmodel.model import CostModel
 from targets.costmodel.shapes import ModelShape
-
-from ..trace import Trace
+from targets.kv.trace import Trace
 
 LLAMA3_8B = ModelShape(
     "llama3-8b", layers=32, hidden=4096, heads=32, head_dim=128, ffn=14336, vocab=128256, kv_heads=8

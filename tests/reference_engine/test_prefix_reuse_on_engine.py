@@ -9,13 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from targets.costmodel.profiler import compute_clock  # noqa: E402
 from targets.costmodel.shapes import ModelShape  # noqa: E402
-from targets.engine.model import KVPool, Transformer  # noqa: E402
-from targets.kv.engine import _timed, replay  # noqa: E402
-from targets.kv.prefix_cache import POLICY_KEY  # noqa: E402
+from targets.kv.block_tree import POLICY_KEY  # noqa: E402
+from targets.kv.reference import _timed, replay  # noqa: E402
 from targets.kv.target import KVTarget, _compiled, load_workload, replay_trace  # noqa: E402
 from targets.kv.trace import whole_blocks  # noqa: E402
+from targets.reference_engine.model import KVPool, Transformer  # noqa: E402
+from targets.reference_engine.profiler import compute_clock  # noqa: E402
 from verifiers.static import check  # noqa: E402
 
 pytestmark = pytest.mark.torch

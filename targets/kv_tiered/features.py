@@ -10,8 +10,7 @@ block's stay in the cache as a whole (any tier): a load from below is a hit.
 from __future__ import annotations
 
 from targets.base import Feature, FeatureRegistry
-
-from ..features import _INF, BLOCK_FEATURES, N_COLUMNS, ORACLE_COLUMNS, ORACLE_NEXT_USE
+from targets.kv.features import BLOCK_FEATURES, N_COLUMNS, ORACLE_COLUMNS, ORACLE_NEXT_USE, UNBOUNDED
 
 POPULATION = frozenset(
     {"pop_hits_p50", "pop_hits_p90", "pop_age_p50", "pop_age_p90", "ewma_hit_age", "ewma_evict_age"}
@@ -41,7 +40,7 @@ TIER_FEATURES = (
         "in_tier_s",
         "s",
         0.0,
-        _INF,
+        UNBOUNDED,
         "time since the block entered the tier it is scored in (for keep, the tier it is leaving)",
     ),
     Feature(

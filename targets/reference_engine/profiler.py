@@ -20,9 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from targets.engine import ops
-
-from .model import (
+from targets.costmodel.model import (
     COLLECTIVES,
     OPERATORS,
     PASS,
@@ -34,7 +32,9 @@ from .model import (
     fit,
     hold_back,
 )
-from .shapes import ModelShape
+from targets.costmodel.shapes import ModelShape
+
+from . import ops
 
 TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096)
 PREFILL_Q = (8, 32, 64, 128, 256, 512, 1024, 2048)
@@ -268,11 +268,11 @@ def measure_passes(
     progress: Callable[[str], None],
     max_tokens: float = float("inf"),
 ) -> list[Sample]:
-    """Whole forward passes of the engine (targets/engine/model.py) at a grid of batch compositions, each
-    with what its operators cost as profiled alone (ops_ms), to fit the pass over them. Runs on the CPU, where
-    the engine runs. The passes are timed in rounds, each after a different one, as a server runs them: a
-    pass repeated back to back would find its own data and code paths warm (about 14 % faster)."""
-    from targets.engine.model import KVPool, Transformer
+    """Whole forward passes of the engine (model.py) at a grid of batch compositions, each with what its
+    operators cost as profiled alone (ops_ms), to fit the pass over them. Runs on the CPU, where the engine
+    runs. The passes are timed in rounds, each after a different one, as a server runs them: a pass repeated
+    back to back would find its own data and code paths warm (about 14 % faster)."""
+    from .model import KVPool, Transformer
 
     torch.set_num_threads(settings.threads)
     transformer = Transformer(model, seed=settings.seed)
@@ -340,7 +340,7 @@ def profile(
     return Profile(
         name=name,
         device=settings.device,
-        source="measured by `crucible profile` (targets/costmodel/profiler.py)",
+        source="measured by `crucible profile` (targets/reference_engine/profiler.py)",
         model=model,
         operators=operators,
         collectives=collectives,

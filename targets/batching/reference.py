@@ -1,4 +1,4 @@
-"""The batching target's adapter to the engine: each scheduler iteration is one forward pass of the model.
+"""The batching target on the reference engine: each scheduler iteration is one forward pass of the model.
 
 The batching target's scheduler decides every iteration (which prefill chunks, which decodes, who is
 preempted) and this executor runs it over a paged KV pool of exactly the scheduler's block budget: the
@@ -6,15 +6,16 @@ projections and MLP over all the iteration's tokens at once, attention per prefi
 earlier chunks (read back from the pool) and batched over the decodes, then greedy next tokens for the rows
 that reached the end of their sequence. A preempted request's blocks go back to the pool, and its later
 chunks recompute its prompt and its output so far, so what it generates does not depend on how it was
-batched, chunked or preempted (tests/engine/test_engine_batching.py checks this against serving alone).
+batched, chunked or preempted (tests/reference_engine/test_batching_on_engine.py checks this against serving
+alone).
 """
 
 from __future__ import annotations
 
 import torch
 
-from targets.costmodel.profiler import compute_clock
-from targets.engine.model import KVPool, Transformer
+from targets.reference_engine.model import KVPool, Transformer
+from targets.reference_engine.profiler import compute_clock
 
 from .scheduler import Batch, Limits
 from .trace import Requests

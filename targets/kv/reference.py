@@ -1,4 +1,4 @@
-"""The kv target's adapter to the engine: a prefix-block trace replayed with real prefills and decodes.
+"""The kv target on the reference engine: a prefix-block trace replayed with real prefills and decodes.
 
 The cache's contents follow the eviction decisions of the kv target's compiled mechanism (recorded while it
 replays the same trace with the same policy), so the engine and the simulator differ only in what they
@@ -9,7 +9,7 @@ Requests run one after another in arrival order, as the simulator replays them; 
 twice (over its cached prefix, and from scratch without the cache) and the two last-token logits must
 agree, so the cache is shown correct on every request with a hit, not only fast. A request without a hit
 runs the same kernels either way, so it runs once and saves nothing by construction. Serving several
-requests at once under a batching policy is targets/batching/engine.py; this replay isolates the cache.
+requests at once under a batching policy is targets/batching/reference.py; this replay isolates the cache.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from targets.costmodel.profiler import compute_clock
-from targets.engine.model import KVPool, Transformer
+from targets.reference_engine.model import KVPool, Transformer
+from targets.reference_engine.profiler import compute_clock
 
 from .trace import Trace
 

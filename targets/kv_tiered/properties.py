@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from targets.kv.properties import PRIORITY_BOUND
 from verifiers.properties import Monotone, Property, common
-
-from ..properties import PRIORITY_BOUND
 
 
 def _named(function: str, subject: str) -> tuple[Property, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_properties import _recording_lru
+from prefix_traces import recording_lru
 
 from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
@@ -19,10 +19,10 @@ from search.proposers.evolve.proposer import EvolveProposer
 from search.proposers.llm.prompting import Templates
 from targets.base import OptionError, WorkloadError
 from targets.kv.target import load_workload, shipped_workload_path
-from targets.kv.tiered.cache import TIER_COUNTERS, compiled_replay_tiered
-from targets.kv.tiered.deployment import DEPLOYMENTS, LLAMA3_8B, LLAMA3_70B
-from targets.kv.tiered.features import N_TIER_COLUMNS, TIER_FEATURES, TIERED_COLUMNS, TIERED_FEATURES
-from targets.kv.tiered.target import TieredKVTarget
+from targets.kv_tiered.cache import TIER_COUNTERS, compiled_replay_tiered
+from targets.kv_tiered.deployment import DEPLOYMENTS, LLAMA3_8B, LLAMA3_70B
+from targets.kv_tiered.features import N_TIER_COLUMNS, TIER_FEATURES, TIERED_COLUMNS, TIERED_FEATURES
+from targets.kv_tiered.target import TieredKVTarget
 from verifiers.smt import prove
 from verifiers.static import check
 
@@ -37,7 +37,7 @@ def test_the_declared_domains_and_relations_hold_on_every_block_the_tiers_score(
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     costs = DEPLOYMENTS["llama3-8b-h100"].request_costs(trace)
     counters, _ = compiled_replay_tiered()(
-        (0, _recording_lru, _recording_lru, _recording_lru),
+        (0, recording_lru, recording_lru, recording_lru),
         store,
         0,
         np.array([300, 600, 900]),

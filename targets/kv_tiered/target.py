@@ -25,21 +25,22 @@ from targets.base import (
     OptionError,
     TargetBase,
 )
+from targets.kv.block_tree import POLICY_KEY, POLICY_S3FIFO, POLICY_STATIC_KEY
+from targets.kv.prefix_cache import TIME_VARYING, key_reads
+from targets.kv.target import (
+    WINDOW_OPTIONS,
+    blocks_option,
+    load_workload,
+    replayed_trace,
+    sampled_block,
+    shipped_workload_path,
+    windowed_instances,
+)
 from verifiers.compiler import to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
-from ..prefix_cache import POLICY_KEY, POLICY_S3FIFO, POLICY_STATIC_KEY, TIME_VARYING, key_reads
-from ..target import (
-    WINDOW_OPTIONS,
-    _sampled_block,
-    blocks_option,
-    load_workload,
-    replayed_trace,
-    shipped_workload_path,
-    windowed_instances,
-)
 from .cache import (
     BELOW_READS_PARENT,
     DISK,
@@ -113,7 +114,7 @@ OPTIONS = (
         "deployment",
         "str",
         DEFAULT_DEPLOYMENT,
-        "the model and GPUs that price prefill and loads (see targets/kv/tiered/deployment.py)",
+        "the model and GPUs that price prefill and loads (see targets/kv_tiered/deployment.py)",
         choices=tuple(DEPLOYMENTS),
     ),
     *WINDOW_OPTIONS,
@@ -323,7 +324,7 @@ def _behaviour_sample(tiers: tuple[int, ...]) -> tuple[tuple[Mapping[str, float]
         moment = {"now": float(rng.uniform(60.0, 3600.0))}
         rows = []
         for _ in range(BEHAVIOUR_BLOCKS):
-            row = _sampled_block(rng, moment, log_between)
+            row = sampled_block(rng, moment, log_between)
             tier = float(tiers[int(rng.integers(0, len(tiers)))])
             host, disk = deployment.load_ms(np.array([row["tokens"]]))
             before = np.array([row["prefix_tokens"] - row["tokens"]])
