@@ -34,7 +34,8 @@ from search.evaluation import read_program
 from search.loop.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
 from search.loop.selection import UNSEEN, run_instances
 from search.store.readmodel import ReadModel
-from search.store.store import BASELINE, Store, StoreError, open_engine
+from search.store.store import Store, StoreError, open_engine
+from search.terms import BASELINE
 
 
 def ranks(values: np.ndarray) -> np.ndarray:

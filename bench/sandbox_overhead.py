@@ -106,7 +106,7 @@ def main() -> None:
     if session.quick:
         workload, target_config["capacity"] = QUICK_WORKLOAD, 300
     fewer = {"trials": 2} if session.quick else {}  # else RunConfig's default, the search's own
-    config = RunConfig(TARGET, workload, target_config, budget=args.budget, **fewer)
+    config = RunConfig(TARGET, workload, target_config, "evolve", budget=args.budget, **fewer)
     instances = tuple(target.instances(workload, target_config))
     warm = Job(TARGET, next(iter(target.baselines().values())), instances)
     local = InProcess(config.workers, warm)

@@ -5,10 +5,14 @@ the config reader, every target's options, features, metrics and baselines from 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
+import itertools
 import os
 import re
 import tempfile
+import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ from search import proposers
 from search.ci import config as ci_config
 from search.cli.main import build_parser as cli_parser
 
-PAGES = {"reference/cli.md", "reference/config.md", "reference/targets.md"}
+PAGES = {"reference/cli.md", "reference/config.md", "reference/targets.md", "reference/target-contract.md"}
 USAGE_COLUMNS = "100"
 """argparse wraps usage lines to the terminal's width; the page shows them at this one."""
 
@@ -260,6 +264,60 @@ def targets_page() -> str:
     return "\n\n".join(["# Targets reference", intro, *(target_section(n) for n in names)]) + "\n"
 
 
+def contract_page() -> str:
+    """The Target protocol (targets/base.py) member by member: what every target declares, and the optional
+    hooks with the default TargetBase gives each."""
+    from targets.base import Target, TargetBase
+
+    def first_line(doc: str | None) -> str:
+        return " ".join((doc or "").split())
+
+    def call(name: str, function: Any) -> str:
+        shown = (
+            str(inspect.signature(function)).replace("'", "").replace("self, ", "").replace("(self)", "()")
+        )
+        return f"`{name}{shown}`"
+
+    attributes = inspect.get_annotations(Target)
+    notes = _attribute_docs(Target)
+    required = [(f"`{name}`", code(attributes[name]), first_line(notes.get(name))) for name in attributes]
+    methods = {n: f for n, f in vars(Target).items() if inspect.isfunction(f) and not n.startswith("_")}
+    required += [
+        (call(n, f), "", first_line(f.__doc__)) for n, f in methods.items() if n not in vars(TargetBase)
+    ]
+    optional = [
+        (call(n, f), first_line(f.__doc__), first_line(vars(TargetBase)[n].__doc__))
+        for n, f in methods.items()
+        if n in vars(TargetBase)
+    ]
+    intro = (
+        "Generated from `targets/base.py` when the site builds: the `Target` protocol, every member a front "
+        "end, the loop or the sandbox may use of a target. `tests/targets/test_contract.py` holds every "
+        "registered target to it, a plugin's as Crucible's own."
+    )
+    parts = [
+        "# The target contract",
+        intro,
+        "## What every target declares",
+        table(("member", "type", "what it is"), required),
+        "## Optional hooks, with the default `TargetBase` gives each",
+        table(("hook", "what it answers", "default"), optional),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings written under a class's annotated attributes (as this codebase documents fields)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    found: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        named = isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        if named and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            found[node.target.id] = str(after.value.value)  # type: ignore[union-attr]
+    return found
+
+
 def main() -> None:
     """Write the pages into the site being built."""
     import mkdocs_gen_files
@@ -268,6 +326,7 @@ def main() -> None:
         ("reference/cli.md", cli_page()),
         ("reference/config.md", config_page()),
         ("reference/targets.md", targets_page()),
+        ("reference/target-contract.md", contract_page()),
     ):
         with mkdocs_gen_files.open(path, "w") as page:
             page.write(text)

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 
 import targets
-from targets.base import Behavioural, Instance, Target, WorkloadError
+from targets.base import Instance, Target, WorkloadError
 from verifiers.compiler import to_python
 from verifiers.program import ParamRange, Program
 from verifiers.static import StaticError, check
@@ -139,7 +139,7 @@ def behaviour_signature(target: Target, program: Program) -> str:
     """A hash of how the program ranks the target's behaviour sample (dense ranks within each decision, ties
     kept, the target's cuts among them) and of the PARAMS its mechanism reads, at its defaults and at
     BEHAVIOUR_DRAWS seeded points of its ranges; empty if there is no sample."""
-    if not isinstance(target, Behavioural):
+    if not any(target.behaviour_sample(s.name) for s in target.signatures):
         return ""
     points = [program.defaults(), *(_drawn(program.params, draw) for draw in range(BEHAVIOUR_DRAWS))]
     digest = hashlib.sha256()

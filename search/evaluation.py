@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.base import Sandbox
-from sandbox.job import Job, Tuning
+from sandbox.job import Tuning
 from search.errors import UserError
+from search.jobs import job, run
 from search.loop.search import domains
 from search.service.runs import instances, resolve
 from search.store.readmodel import Verdict
@@ -81,14 +82,14 @@ def evaluate_baselines(
     if workers < 1:
         raise UserError(f"--workers must be a whole number of at least 1, got {workers}")
     evals = tuple(i for i in planned.instances if i.role == "eval")
-    jobs = [Job(target.name, source, evals) for source in target.baselines().values()]
-    jobs += [Job(target.name, "", evals, builtin=name) for name in target.builtin_baselines()]
+    jobs = [job(target.name, source, evals) for source in target.baselines().values()]
+    jobs += [job(target.name, "", evals, builtin=name) for name in target.builtin_baselines()]
     names = [*target.baselines(), *target.builtin_baselines()]
     if executor is None:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(sandbox.run, jobs))
+            results = run(sandbox, jobs, pool)
     else:
-        results = list(executor.map(sandbox.run, jobs))
+        results = run(sandbox, jobs, executor)
     table: dict[str, dict[str, float]] = {}
     for name, result in zip(names, results, strict=True):
         if result.status != "ok":
@@ -114,8 +115,8 @@ def evaluate_file(
         for o in verify(target, program)
         if o.rejects
     ]
-    job = Job(target.name, program.source, tuple(chosen), params=program.defaults(), tuning=tuning)
-    result = sandbox.run(job)
+    params = program.defaults()
+    (result,) = run(sandbox, [job(target.name, program.source, chosen, params=params, tuning=tuning)])
     if result.status != "ok":
         raise UserError(f"{file}: evaluation {result.status}: {result.message}")
     evals = [i for i in result.instances if i.role == "eval"]

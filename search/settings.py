@@ -8,18 +8,19 @@ options with their defaults, the held-out split).
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 from sandbox.base import BACKENDS
-from targets.base import Option, OptionError, Target
+from search.terms import SELECT_CHOICES
+from targets.base import Option, OptionError, Target, setting
 
-SettingType = Literal["int", "float", "str", "bool", "list"]
 DEFAULT_STORE = "sqlite:///crucible.db"
 """Where runs are stored unless a front end is told otherwise (`--db`, crucible.toml's [store])."""
+STORE_ENV = "CRUCIBLE_DB"
+"""The variable a front end started by another reads its store URL from (the web UI, from `crucible ui`)."""
 
 
 def redacted(url: str) -> str:
@@ -27,122 +28,9 @@ def redacted(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
-class SettingError(ValueError):
-    """A setting's value is of the wrong type or out of range; `reason` says why without naming it, so each
-    front end names it its own way (`--budget ...`, `search.budget: ...`)."""
-
-    def __init__(self, setting: Setting, reason: str) -> None:
-        super().__init__(f"{setting.flag} {reason}")
-        self.setting = setting
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting of a run or of a proposer: its crucible.toml key and form field are `name`, its CLI flag
-    `flag` (derived from the name unless given). `low`/`high` bound numbers, inclusive unless `open_low`/
-    `open_high`; `choices` (or a callable that lists them) is the whole set of allowed texts; a `list`
-    holds texts (a repeatable flag, a TOML array, whitespace-separated in a form field). `resumable`
-    settings may change when a stopped run resumes; the others are the run's identity."""
-
-    name: str
-    type: SettingType
-    default: Any
-    doc: str
-    flag_name: str = ""
-    metavar: str = ""
-    low: float | None = None
-    high: float | None = None
-    open_low: bool = False
-    open_high: bool = False
-    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
-    resumable: bool = False
-
-    @property
-    def flag(self) -> str:
-        return self.flag_name or "--" + self.name.removesuffix("_s").replace("_", "-")
-
-    def allowed(self) -> tuple[str, ...]:
-        return self.choices() if callable(self.choices) else self.choices
-
-    def parse(self, text: str | Sequence[str]) -> Any:
-        """The value of a flag or form field given as text (a list setting takes its items)."""
-        if self.type == "list":
-            items = [text] if isinstance(text, str) else list(text)
-            return self.check([item for t in items for item in t.split()])
-        assert isinstance(text, str)
-        if self.type == "bool":
-            lowered = text.strip().lower()
-            if lowered not in ("true", "false", "1", "0", "yes", "no"):
-                raise SettingError(self, f"expects true or false, got {text!r}")
-            return lowered in ("true", "1", "yes")
-        if self.type in ("int", "float"):
-            try:
-                number: Any = int(text) if self.type == "int" else float(text)
-            except ValueError:
-                kind = "a whole number" if self.type == "int" else "a number"
-                raise SettingError(self, f"expects {kind}, got {text!r}") from None
-            return self.check(number)
-        return self.check(text)
-
-    def check(self, value: Any) -> Any:
-        """A typed value (TOML, JSON, a form's number) checked; None is "not set" where the default is."""
-        if value is None and self.default is None:
-            return None
-        if self.type == "bool":
-            if not isinstance(value, bool):
-                raise SettingError(self, f"expects true or false, got {value!r}")
-            return value
-        if self.type == "list":
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-                raise SettingError(self, f"expects a list of texts, got {value!r}")
-            return list(value)
-        if self.type in ("int", "float"):
-            return self._number(value)
-        if not isinstance(value, str) or not value:
-            raise SettingError(self, f"expects a non-empty text, got {value!r}")
-        allowed = self.allowed()
-        if allowed and value not in allowed:
-            raise SettingError(self, f"must be one of {', '.join(allowed)}, got {value!r}")
-        return value
-
-    def _number(self, value: Any) -> int | float:
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if self.type == "int" and not whole:
-            raise SettingError(self, f"expects a whole number, got {value!r}")
-        if self.type == "float" and not (whole or isinstance(value, float)):
-            raise SettingError(self, f"expects a number, got {value!r}")
-        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
-        above = self.high is not None and (value >= self.high if self.open_high else value > self.high)
-        if below or above or (isinstance(value, float) and not math.isfinite(value)):
-            raise SettingError(self, f"{self.bounds()}, got {value!r}")
-        return float(value) if self.type == "float" else int(value)
-
-    def bounds(self) -> str:
-        """The range in words, as errors say it."""
-        kind = "a whole number" if self.type == "int" else "a number"
-        if self.low == 0 and self.open_low and self.high is None:
-            return "must be positive"
-        if self.low is not None and self.high is None:
-            return f"must be {kind} of at least {self.low:g}"
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
-            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
-        return f"must be {kind}"
-
-
-def _proposer_names() -> tuple[str, ...]:
-    from search import proposers  # the registry reads entry points: only when choices are asked for
-
-    return proposers.names()
-
-
-SELECT_CHOICES = ("window", "unseen")
-"""What candidates are ranked on (search/loop/selection.py): the whole window, or what tuning never saw."""
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting("budget", "int", 300, "candidates to propose", low=1, resumable=True),
-    Setting(
+SETTINGS: tuple[Option, ...] = (
+    setting("budget", "int", 300, "candidates to propose", low=1, resumable=True),
+    setting(
         "time_budget_s",
         "float",
         None,
@@ -151,11 +39,10 @@ SETTINGS: tuple[Setting, ...] = (
         open_low=True,
         resumable=True,
     ),
-    Setting("seed", "int", 0, "seed of the whole run: the same seed, the same run"),
-    Setting("trials", "int", 32, "Optuna trials per candidate", low=1),
-    Setting("workers", "int", 2, "candidate jobs run side by side", low=1, resumable=True),
-    Setting("proposer", "str", "evolve", "who writes candidates", choices=_proposer_names),
-    Setting(
+    setting("seed", "int", 0, "seed of the whole run: the same seed, the same run"),
+    setting("trials", "int", 32, "Optuna trials per candidate", low=1),
+    setting("workers", "int", 2, "candidate jobs run side by side", low=1, resumable=True),
+    setting(
         "max_cost_usd",
         "float",
         None,
@@ -164,7 +51,7 @@ SETTINGS: tuple[Setting, ...] = (
         open_low=True,
         resumable=True,
     ),
-    Setting(
+    setting(
         "max_tokens",
         "int",
         None,
@@ -173,7 +60,7 @@ SETTINGS: tuple[Setting, ...] = (
         open_low=True,
         resumable=True,
     ),
-    Setting(
+    setting(
         "holdout",
         "float",
         None,
@@ -185,7 +72,7 @@ SETTINGS: tuple[Setting, ...] = (
         open_low=True,
         open_high=True,
     ),
-    Setting(
+    setting(
         "select",
         "str",
         None,
@@ -194,11 +81,13 @@ SETTINGS: tuple[Setting, ...] = (
         "(the default with --holdout)",
         choices=SELECT_CHOICES,
     ),
-    Setting("sandbox", "str", "auto", "where candidate code runs", choices=BACKENDS, resumable=True),
+    setting("sandbox", "str", "auto", "where candidate code runs", choices=BACKENDS, resumable=True),
 )
-"""The settings of a run a user gives; their defaults are the only defaults (RunConfig reads them)."""
+"""The settings of a run a user gives, but which proposer writes its candidates: that one is the proposer
+registry's (search/proposers: its choices are the installed proposers). Their defaults are the only
+defaults (RunConfig reads them)."""
 
-BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+BY_NAME: Mapping[str, Option] = {s.name: s for s in SETTINGS}
 
 
 def default(name: str) -> Any:
@@ -214,15 +103,16 @@ class RunConfig:
     """A file (stored as an absolute path) or a generator spec the target understands."""
     options: dict[str, Any]
     """The target's options (its declared `Option`s), defaults filled in: what `instances()` is given."""
+    proposer: str
+    """Who writes candidates: an installed proposer's name (search/proposers: the registry's setting)."""
     budget: int = default("budget")
     seed: int = default("seed")
     trials: int = default("trials")
     """Optuna trials per candidate: TPE engages after 10; the mean tuned score levels off by 32."""
     workers: int = default("workers")
     islands: int = 4
-    proposer: str = default("proposer")
     proposer_settings: dict[str, Any] = field(default_factory=dict)
-    """The proposer's own settings (its declared `Setting`s, by name), checked by the proposer."""
+    """The proposer's own settings (its declared `Option`s, by name), checked by the proposer."""
     time_budget_s: float | None = default("time_budget_s")
     gate_top_k: int = 8
     migrate_every: int = 25
@@ -268,13 +158,13 @@ def _llm_settings(llm: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def checked(settings: Iterable[Setting], given: Mapping[str, Any]) -> dict[str, Any]:
+def checked(settings: Iterable[Option], given: Mapping[str, Any]) -> dict[str, Any]:
     """Every declared setting's value: the given ones checked, the others at their defaults; an unknown
     name is one line."""
     declared = {s.name: s for s in settings}
     for name in given:
         if name not in declared:
-            raise SettingError(Setting(name, "str", None, ""), "is not a setting")
+            raise OptionError(f"unknown setting {name!r}")
     return {name: s.check(given[name]) if name in given else s.default for name, s in declared.items()}
 
 
@@ -296,13 +186,15 @@ def target_options(target: Target, assignments: Iterable[str]) -> dict[str, Any]
 
 
 def _parse(option: Option, text: str) -> Any:
+    """The option's value; a text of the wrong type is told what the option allows."""
     try:
         return option.parse(text)
     except OptionError as exc:
-        message, allowed = str(exc), option.allowed()
-        raise OptionError(message if allowed in message else f"{message}; allowed: {allowed}") from None
+        if not exc.reason.startswith("expects") or option.type == "bool":
+            raise
+        raise OptionError(f"{exc}; allowed: {option.allowed()}", option, exc.reason) from None
 
 
 def option_flags(target: Target) -> dict[str, Option]:
     """The options a target also takes as flags of their own (`--capacity N` for `--set capacity=N`)."""
-    return {"--" + o.name.replace("_", "-"): o for o in target.options if o.flag}
+    return {o.switch: o for o in target.options if o.flag}

@@ -27,6 +27,7 @@ from rich.table import Table
 from sandbox.choice import choose_sandbox
 from sandbox.job import Job, Limits
 from search.errors import UserError
+from search.jobs import job, run
 from search.stats.signed_rank import signed_rank_p
 from targets.base import Instance, Rounds, Validation
 
@@ -66,9 +67,9 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
     jobs: dict[str, Job] = {}
     for name in names:
         if name in baselines:
-            jobs[name] = Job(target.name, baselines[name], (instance,), limits=ENGINE_LIMITS)
+            jobs[name] = job(target.name, baselines[name], (instance,), limits=ENGINE_LIMITS)
         elif name in target.builtin_baselines():
-            jobs[name] = Job(target.name, "", (instance,), builtin=name, limits=ENGINE_LIMITS)
+            jobs[name] = job(target.name, "", (instance,), builtin=name, limits=ENGINE_LIMITS)
         else:
             path = Path(name)
             try:
@@ -78,7 +79,7 @@ def candidate_jobs(target: Any, names: list[str], instance: Instance) -> dict[st
                 raise UserError(
                     f"{name}: neither a readable heuristic file nor a baseline ({known})"
                 ) from None
-            jobs[path.stem] = Job(target.name, source, (instance,), limits=ENGINE_LIMITS)
+            jobs[path.stem] = job(target.name, source, (instance,), limits=ENGINE_LIMITS)
     return jobs
 
 
@@ -93,9 +94,9 @@ def run_candidates(jobs: dict[str, Job], label: str, sandbox: str, rounds: int =
     served: Rounds = {name: [] for name in jobs}
     with err.status("running") as status:
         for round_ in range(1, rounds + 1):
-            for name, job in jobs.items():
+            for name, each in jobs.items():
                 status.update(f"{name}: {label}, round {round_} of {rounds}")
-                result = box.run(job)
+                (result,) = run(box, [each])
                 if result.status != "ok":
                     raise UserError(f"{name}: {result.status}: {result.message}")
                 served[name].append(result.instances[0].metrics)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from verifiers.program import Program, Signature
 from verifiers.properties import Domain, Property
+
+if TYPE_CHECKING:
+    from targets.export import Export
 
 
 @dataclass(frozen=True)
@@ -112,20 +116,29 @@ class WorkloadError(ValueError):
 
 
 class OptionError(ValueError):
-    """An option value a user supplied is unknown, of the wrong type or out of bounds; one line naming it."""
+    """A value a user supplied for an option or a setting is unknown, of the wrong type or out of bounds: one
+    line naming it. `option` and `reason` let a front end name it its own way (`search.budget: ...`)."""
+
+    def __init__(self, message: str, option: Option | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.option = option
+        self.reason = reason or message
 
 
-OptionType = Literal["int", "float", "str", "bool", "path"]
+OptionType = Literal["int", "float", "str", "bool", "path", "list"]
 
 
 @dataclass(frozen=True)
 class Option:
-    """One setting of a target's mechanism or workload: the CLI's `--set name=value`, a UI form field and a
-    CI config key are all generated from this, so a new option never touches a front end.
+    """One typed value a user sets, declared once: a target's option (`--set name=value`), a run's setting
+    (`--budget`) or a proposer's (`--model`). The CLI's flags, the UI's form fields and crucible.toml's keys
+    are generated from these, so a new option or setting never touches a front end.
 
-    `type` "path" is a file a job reads (a profile, a side table): the sandbox mounts it read-only. `low`,
-    `high` bound numbers (inclusive); `choices`, when given, is the whole set of allowed values (a "path"
-    option may also accept them as names, e.g. a shipped profile). `default` None means "not set".
+    `type` "path" is a file a job reads (a profile, a side table): the sandbox mounts it read-only; "list"
+    holds texts (a repeatable flag, a TOML array, whitespace-separated in a form field). `low`, `high` bound
+    numbers, inclusive unless `open_low`/`open_high`; `choices` (or a callable that lists them, read when
+    asked) is the whole set of allowed values (a "path" option may also accept them as names, e.g. a
+    shipped profile). `default` None means "not set".
     """
 
     name: str
@@ -134,70 +147,126 @@ class Option:
     doc: str
     low: float | None = None
     high: float | None = None
-    choices: tuple[Any, ...] = ()
+    open_low: bool = False
+    open_high: bool = False
+    choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] = ()
     required: bool = False
     """For a command's arguments: no default, the user must give it."""
     tune: tuple[float, float] | None = None
     """A knob a deployment sets freely: the range `crucible tune` searches (log scale over a decade)."""
     flag: bool = False
-    """Also a flag of its own on the command line (`--capacity N` for `--set capacity=N`): for the option
-    a user of the target sets on nearly every command."""
+    """A target's option that is also a flag of its own (`--capacity N` for `--set capacity=N`): for the
+    option a user of the target sets on nearly every command."""
+    setting: bool = False
+    """A run's or a proposer's setting rather than a target's option: always a flag, and messages name it
+    by its flag (`--budget ...`) where a target's option is named `option NAME`."""
+    flag_name: str = ""
+    """The flag's spelling where it is not the name's (`--model` for `models`)."""
+    metavar: str = ""
+    resumable: bool = False
+    """A setting a stopped run may change when it resumes (its budget, caps, workers); the others are the
+    run's identity."""
 
-    def parse(self, text: str) -> Any:
-        """The value of `--set name=text`, checked; OptionError names the option and what it allows."""
+    @property
+    def switch(self) -> str:
+        """The command-line flag: `--name` with dashes (a trailing `_s`, seconds, dropped), or `flag_name`."""
+        return self.flag_name or "--" + self.name.removesuffix("_s").replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        """How messages name it: a setting by its flag, a target's option as `option NAME`."""
+        return self.switch if self.setting else f"option {self.name}"
+
+    def error(self, reason: str) -> OptionError:
+        return OptionError(f"{self.label} {reason}", self, reason)
+
+    def allowed_values(self) -> tuple[Any, ...]:
+        """The choices, listed now where a callable gives them."""
+        return self.choices() if callable(self.choices) else self.choices
+
+    def parse(self, text: str | Sequence[str]) -> Any:
+        """The value of a flag, `--set name=text` or a form field, given as text (a list takes its items),
+        checked; OptionError names it and says what it allows."""
+        if self.type == "list":
+            items = [text] if isinstance(text, str) else list(text)
+            return self.check([item for t in items for item in t.split()])
+        assert isinstance(text, str)
         if self.type == "bool":
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0", "yes", "no"):
-                raise OptionError(f"option {self.name}: expected true or false, got {text!r}")
-            return self.check(lowered in ("true", "1", "yes"))
-        if self.type == "int":
+                raise self.error(f"expects true or false, got {text!r}")
+            return lowered in ("true", "1", "yes")
+        if self.type in ("int", "float"):
             try:
-                number: Any = int(text)
+                number: Any = int(text) if self.type == "int" else float(text)
             except ValueError:
-                raise OptionError(f"option {self.name}: expected a whole number, got {text!r}") from None
+                kind = "a whole number" if self.type == "int" else "a number"
+                raise self.error(f"expects {kind}, got {text!r}") from None
             return self.check(number)  # outside the try: OptionError is a ValueError too
-        if self.type == "float":
-            try:
-                number = float(text)
-            except ValueError:
-                raise OptionError(f"option {self.name}: expected a number, got {text!r}") from None
-            return self.check(number)
         return self.check(text)
 
     def check(self, value: Any) -> Any:
-        """A typed value (from JSON, TOML or a form) checked against the type, bounds and choices."""
+        """A typed value (JSON, TOML, a form's number) checked against the type, bounds and choices; None is
+        "not set" where the default is."""
+        if value is None and self.default is None and not self.required:
+            return None
         if self.type == "bool":
             if not isinstance(value, bool):
-                raise OptionError(f"option {self.name}: expected true or false, got {value!r}")
+                raise self.error(f"expects true or false, got {value!r}")
             return value
+        if self.type == "list":
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+                raise self.error(f"expects a list of texts, got {value!r}")
+            return list(value)
         if self.type in ("int", "float"):
-            whole = isinstance(value, int) and not isinstance(value, bool)
-            if self.type == "int" and not whole:
-                raise OptionError(f"option {self.name}: expected a whole number, got {value!r}")
-            if self.type == "float" and not (whole or isinstance(value, float)):
-                raise OptionError(f"option {self.name}: expected a number, got {value!r}")
-            if (
-                value != value
-                or (self.low is not None and value < self.low)
-                or (self.high is not None and value > self.high)
-            ):
-                raise OptionError(f"option {self.name}: {value!r} is outside {self.allowed()}")
-            value = float(value) if self.type == "float" else value
-        elif not isinstance(value, str) or not value:
-            raise OptionError(f"option {self.name}: expected a non-empty text, got {value!r}")
-        if self.choices and self.type != "path" and value not in self.choices:
-            raise OptionError(f"option {self.name}: {value!r} is not one of {self.allowed()}")
+            return self._number(value)
+        if not isinstance(value, str) or not value:
+            raise self.error(f"expects a non-empty text, got {value!r}")
+        allowed = self.allowed_values()
+        if allowed and self.type != "path" and value not in allowed:
+            raise self.error(f"must be one of {', '.join(str(c) for c in allowed)}, got {value!r}")
         return value
+
+    def _number(self, value: Any) -> int | float:
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if self.type == "int" and not whole:
+            raise self.error(f"expects a whole number, got {value!r}")
+        if self.type == "float" and not (whole or isinstance(value, float)):
+            raise self.error(f"expects a number, got {value!r}")
+        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        above = self.high is not None and (value >= self.high if self.open_high else value > self.high)
+        if below or above or (isinstance(value, float) and not math.isfinite(value)):
+            raise self.error(f"{self.bounds()}, got {value!r}")
+        return float(value) if self.type == "float" else int(value)
+
+    def bounds(self) -> str:
+        """The range in words, as errors say it."""
+        kind = "a whole number" if self.type == "int" else "a number"
+        if self.low == 0 and self.open_low and self.high is None:
+            return "must be positive"
+        if self.low is not None and self.high is None:
+            return f"must be {kind} of at least {self.low:g}"
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            return f"must lie in {left}{self.low:g}, {self.high:g}{right}"
+        if self.high is not None:
+            return f"must be {kind} of at most {self.high:g}"
+        return f"must be {kind}"
 
     def allowed(self) -> str:
         """The allowed values in words, for errors and help."""
-        if self.choices:
-            return ", ".join(str(c) for c in self.choices) + (" or a file" if self.type == "path" else "")
+        if choices := self.allowed_values():
+            return ", ".join(str(c) for c in choices) + (" or a file" if self.type == "path" else "")
         if self.type in ("int", "float"):
             low = "-inf" if self.low is None else f"{self.low:g}"
             high = "inf" if self.high is None else f"{self.high:g}"
-            return f"[{low}, {high}]"
-        return {"bool": "true or false", "path": "a file", "str": "any text"}[self.type]
+            return f"{'(' if self.open_low else '['}{low}, {high}{')' if self.open_high else ']'}"
+        return {"bool": "true or false", "path": "a file", "str": "any text", "list": "texts"}[self.type]
+
+
+def setting(name: str, type: OptionType, default: Any, doc: str, **more: Any) -> Option:
+    """A run's or a proposer's setting: an Option named by its flag (`--budget`) in every message."""
+    return Option(name, type, default, doc, setting=True, **more)
 
 
 @dataclass(frozen=True)
@@ -332,13 +401,35 @@ def resolve_options(options: tuple[Option, ...], given: Mapping[str, Any]) -> di
     return values
 
 
+WINDOW = Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)")
+"""The option of a windowed target that cuts its workload (a held-out tail is such a window)."""
+WARM = Option(
+    "warm",
+    "bool",
+    None,
+    "replay the trace's requests before the window first, uncounted: the window meets the mechanism's "
+    "state, and every feature's history, as a system in service would, not empty",
+)
+"""The option of a windowed target that can replay what came before a window: its tail is scored warm."""
+
+Decisions = tuple[tuple[Mapping[str, float], ...], ...]
+"""A behaviour sample: decisions, each the feature rows one call of a Rank function ranks."""
+
+
 class Target(Protocol):
-    """A mechanism that asks a candidate only for a narrow policy over declared features."""
+    """A mechanism that asks a candidate only for a narrow policy over declared features: the whole
+    contract a target meets, every member a front end, the loop or the sandbox may use. The members TargetBase
+    defines are optional hooks, each with its default there; the others every target declares.
+    tests/targets/test_contract.py holds every registered target to it."""
 
     name: str
+    """What commands call it (`--target NAME`), its entry point's name."""
     description: str
+    """The mechanism and the decision asked for, in words: what the prompt tells a proposer."""
     signatures: tuple[Signature, ...]
+    """The decision functions a candidate defines, with the features each reads."""
     objective: Objective
+    """The metric a run optimizes, and its direction (unless an option chooses another: objective_for)."""
     report_metrics: tuple[str, ...]
     """The metrics a report shows, the objective first."""
     integer_metrics: tuple[str, ...]
@@ -358,6 +449,19 @@ class Target(Protocol):
         """Instances to tune on (role "train") and to score on (role "eval"); WorkloadError on bad input."""
         ...
 
+    def properties(self) -> tuple[Property, ...]:
+        """What Z3 proves of every candidate (failing a hard one rejects it): targets/<name>/properties.py."""
+        ...
+
+    def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
+        """Run the mechanism with the candidate's policy; metrics include the objective."""
+        ...
+
+    def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
+        """Run a built-in baseline on an instance."""
+        ...
+
+    # The optional hooks: TargetBase gives each its default.
     def files(self, instance: Instance) -> tuple[str, ...]:
         """Every file a job on this instance reads (the workload, a user's profile...), as absolute paths:
         the Docker sandbox mounts exactly these, read-only."""
@@ -365,10 +469,6 @@ class Target(Protocol):
 
     def baselines(self) -> dict[str, str]:
         """Baselines written in the candidate format: name -> source."""
-        ...
-
-    def properties(self) -> tuple[Property, ...]:
-        """What Z3 proves of every candidate (failing a hard one rejects it): targets/<name>/properties.py."""
         ...
 
     def builtin_baselines(self) -> tuple[str, ...]:
@@ -380,12 +480,31 @@ class Target(Protocol):
         never the best baseline a found policy is said to beat."""
         ...
 
-    def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
-        """Run the mechanism with the candidate's policy; metrics include the objective."""
+    def tuned_baselines(self) -> tuple[str, ...]:
+        """Baselines whose constants are fitted on a run's train instances like a candidate's."""
         ...
 
-    def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
-        """Run a built-in baseline on an instance."""
+    def objective_for(self, options: Mapping[str, Any]) -> Objective:
+        """What a run with these options optimizes, where an option chooses (kv: hit rate or time saved)."""
+        ...
+
+    def requests(self, workload: str) -> int | None:
+        """How many requests the workload holds, in time order, for a target that declares the WINDOW option
+        (a search may then hold out a tail); None where its workloads have no request window."""
+        ...
+
+    def behaviour_sample(self, signature: str) -> Decisions:
+        """Decisions of the named Rank function on which two candidates that rank every one alike are one
+        program (the loop's novelty), the same seeded sample in every process; () for none."""
+        ...
+
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """Values the mechanism compares the named function's scores against, besides one another (a score
+        below which it waits): the side of each a score falls on is part of a behaviour."""
+        ...
+
+    def mechanism_params(self) -> tuple[str, ...]:
+        """PARAMS names the mechanism reads besides the key: their values are part of a behaviour."""
         ...
 
     def commands(self) -> tuple[Command, ...]:
@@ -396,10 +515,14 @@ class Target(Protocol):
         """How `crucible validate` checks the simulator against the real engine; None where there is none."""
         ...
 
+    def exports(self) -> Mapping[str, Export]:
+        """Each engine a program of this target exports into (`crucible export --to NAME`), by name."""
+        ...
+
 
 class TargetBase:
-    """What most targets leave empty, given once: a target class derives from this and declares the rest
-    of the Target protocol (its features, instances, properties and evaluate)."""
+    """The defaults of the Target protocol's optional hooks, given once: a target class derives from this
+    and declares the rest (its features, instances, properties and evaluate)."""
 
     def files(self, instance: Instance) -> tuple[str, ...]:
         """The workload file, where the workload is one (a generator spec reads no file)."""
@@ -411,65 +534,55 @@ class TargetBase:
         return packaged_baselines(type(self).__module__.rpartition(".")[0])
 
     def builtin_baselines(self) -> tuple[str, ...]:
+        """None: every baseline is written in the candidate format."""
         return ()
 
     def oracles(self) -> tuple[str, ...]:
+        """None: no baseline reads the future."""
+        return ()
+
+    def tuned_baselines(self) -> tuple[str, ...]:
+        """None: every baseline runs with the constants it is written with."""
+        return ()
+
+    def objective_for(self, options: Mapping[str, Any]) -> Objective:
+        """The target's one objective, whatever the options."""
+        objective: Objective = self.objective  # type: ignore[attr-defined]
+        return objective
+
+    def requests(self, workload: str) -> int | None:
+        """None: the workloads have no request window, so no held-out tail."""
+        return None
+
+    def behaviour_sample(self, signature: str) -> Decisions:
+        """None: novelty is judged on the program's text alone."""
+        return ()
+
+    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
+        """None: only how scores rank against one another is a behaviour."""
+        return ()
+
+    def mechanism_params(self) -> tuple[str, ...]:
+        """None: the mechanism reads no PARAMS of its own."""
         return ()
 
     def commands(self) -> tuple[Command, ...]:
+        """None of its own."""
         return ()
 
     def validation(self) -> Validation | None:
+        """None: the simulator is not checked against a real engine."""
         return None
 
-
-def objective_of(target: Target, options: Mapping[str, Any]) -> Objective:
-    """What a run of the target with these options optimizes: its `objective_for(options)` where it lets
-    an option choose (kv: hit rate or prefill time saved), else its one objective."""
-    chooses = getattr(target, "objective_for", None)
-    return chooses(options) if chooses is not None else target.objective
+    def exports(self) -> Mapping[str, Export]:
+        """None: its programs run only in Crucible."""
+        return {}
 
 
-WINDOW = Option("requests", "str", None, "a window START:STOP of the trace's requests (default: all of them)")
-"""The option of a windowed target that cuts its workload (a held-out tail is such a window)."""
-WARM = Option(
-    "warm",
-    "bool",
-    None,
-    "replay the trace's requests before the window first, uncounted: the window meets the mechanism's "
-    "state, and every feature's history, as a system in service would, not empty",
-)
-"""The option of a windowed target that can replay what came before a window: its tail is scored warm."""
-
-
-@runtime_checkable
-class Windowed(Protocol):
-    """A target whose workloads are requests in time order and that declares the WINDOW option (and WARM,
-    where it can replay the requests before a window): what lets a search hold out a workload's tail."""
-
-    def requests(self, workload: str) -> int:
-        """How many requests the workload holds; WorkloadError on a bad workload."""
-        ...
-
-
-@runtime_checkable
-class Behavioural(Protocol):
-    """A target that offers a fixed sample of decisions on which a candidate's behaviour is measured: two
-    programs that rank every decision of the sample the same way are one program (the loop's novelty)."""
-
-    def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:
-        """Decisions of the named Rank function, each the feature rows it ranks against one another
-        (one moment, one population); the same seeded sample in every process."""
-        ...
-
-    def behaviour_cuts(self, signature: str) -> tuple[float, ...]:
-        """Values the mechanism compares the named function's scores against, besides one another (a score
-        below which it waits): the side of each a score falls on is part of a behaviour."""
-        ...
-
-    def mechanism_params(self) -> tuple[str, ...]:
-        """PARAMS names the mechanism reads besides the key: their values are part of a behaviour."""
-        ...
+def windowed(target: Target) -> bool:
+    """Whether the target's workloads are requests in time order it can cut (it declares the WINDOW option,
+    this very declaration: another option of that name is not a window)."""
+    return WINDOW in target.options
 
 
 def packaged_baselines(package: str) -> dict[str, str]:
@@ -487,7 +600,7 @@ def request_window(text: str, n: int) -> tuple[int, int]:
     try:
         start, stop = (int(x) for x in text.split(":"))
     except ValueError:
-        raise OptionError(f"option requests: expected START:STOP, got {text!r}") from None
+        raise OptionError(f"option requests expects START:STOP, got {text!r}") from None
     if not 0 <= start < stop <= n:
-        raise OptionError(f"option requests: need 0 <= START < STOP <= {n} requests, got {text!r}")
+        raise OptionError(f"option requests needs 0 <= START < STOP <= {n} requests, got {text!r}")
     return start, stop

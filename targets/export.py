@@ -12,7 +12,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Template
-from typing import Protocol, runtime_checkable
 
 from verifiers.compiler import PLAIN_PRELUDE, plain_source
 from verifiers.program import Program
@@ -89,15 +88,6 @@ class Export:
 
     def _arg(self, program: Program) -> str:
         return program.functions[self.signature].args.args[0].arg
-
-
-@runtime_checkable
-class Exportable(Protocol):
-    """A target some of whose decision functions run inside a real engine once exported."""
-
-    def exports(self) -> Mapping[str, Export]:
-        """Each engine's Export, by engine name (`crucible export --to NAME`)."""
-        ...
 
 
 def reads(program: Program, signature: str) -> tuple[str, ...]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from search.service import RunInfo, RunService, open_service
-from ui import launcher
+from search.service import RunInfo, RunService, launch, open_service
 
 
 def _service(url: str) -> RunService:
@@ -23,9 +22,8 @@ def run_controls(url: str, run: RunInfo) -> None:
 
 def execute(url: str, run_id: str, sandbox: str | None = None) -> str | None:
     """Start executing a stored run in a detached process; None once it runs, else why it could not."""
-    started = launcher.start(launcher.resume_argv(url, run_id, sandbox), url)
     read = _service(url).read
-    return launcher.wait_running(started, lambda: read.run(run_id).status == "running")
+    return launch(url, run_id, lambda found: read.run(found).status, sandbox)
 
 
 def stop_button(url: str, run: RunInfo) -> None:

@@ -9,13 +9,13 @@ empty database.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import streamlit as st
 
-from search.cli.ui import DB_ENV
 from search.errors import UserError
 from search.service import (
+    DEFAULT_STORE,
+    STORE_ENV,
     BaselineInfo,
     Budget,
     CandidateInfo,
@@ -28,8 +28,6 @@ from search.service import (
     StudyReport,
     open_service,
 )
-from search.settings import DEFAULT_STORE
-from search.stats.importance import param_importances as _param_importances
 
 TTL_S = 2.0
 """How long an answer is reused: shorter than the live pages' refresh interval."""
@@ -37,7 +35,7 @@ TTL_S = 2.0
 
 def db_url() -> str:
     """The store this app reads: the one `crucible ui --db` was given, else the CLI's default."""
-    return os.environ.get(DB_ENV, DEFAULT_STORE)
+    return os.environ.get(STORE_ENV, DEFAULT_STORE)
 
 
 @st.cache_resource(show_spinner=False)
@@ -106,11 +104,9 @@ def heuristic_file(url: str, run_id: str, candidate_id: int) -> str:
 
 
 @st.cache_data(show_spinner=False)
-def param_importances(
-    target: str, source: str, trials: list[dict[str, Any]], direction: str
-) -> dict[str, float]:
+def param_importances(url: str, run_id: str, candidate_id: int) -> dict[str, float]:
     """From the stored study alone, so a finished candidate's answer never changes: cached without expiry."""
-    return _param_importances(target, source, trials, direction)
+    return _read_model(url).param_importances(run_id, candidate_id)
 
 
 def run_ids_now(url: str) -> set[str]:

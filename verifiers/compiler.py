@@ -18,8 +18,8 @@ import numpy as np
 from numba import types
 from numba.core.dispatcher import Dispatcher
 
-from verifiers.program import Program
-from verifiers.static import BINARY_OPS, COMPARE_OPS, RESERVED_PREFIX, UNARY_OPS, is_docstring, number
+from verifiers.program import Program, is_docstring
+from verifiers.static import BINARY_OPS, COMPARE_OPS, RESERVED_PREFIX, UNARY_OPS, number
 
 SIGNATURE = types.float64(types.float64[:, ::1], types.int64, types.float64[::1])
 FUNCTION_TYPE = types.FunctionType(SIGNATURE)

@@ -52,3 +52,18 @@ class Program:
 
     def defaults(self) -> dict[str, float]:
         return {p.name: p.initial for p in self.params}
+
+
+def is_docstring(stmt: ast.stmt) -> bool:
+    """Whether a statement is a bare string, which is allowed only as a module or function docstring."""
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
+
+
+def node_count(fn: ast.FunctionDef) -> int:
+    """Statements and expressions in a function body, docstring excluded: the size a program is capped by."""
+    body = fn.body[1:] if fn.body and is_docstring(fn.body[0]) else fn.body
+    return sum(isinstance(n, ast.expr | ast.stmt) for stmt in body for n in ast.walk(stmt))

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from verifiers.program import ParamRange, Program, Signature
+from verifiers.program import ParamRange, Program, Signature, is_docstring
 
 # The math functions a candidate may call, with their (fewest, most) positional arguments.
 CALLS: dict[str, tuple[int, int | None]] = {
@@ -150,15 +150,6 @@ def number(node: ast.expr) -> float | None:
     except OverflowError:
         return None
     return sign * value if math.isfinite(value) else None
-
-
-def is_docstring(stmt: ast.stmt) -> bool:
-    """Whether a statement is a bare string, which is allowed only as a module or function docstring."""
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
 
 
 def _is_params(stmt: ast.stmt) -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 import targets
 from search import proposers
+from search.all_settings import BY_NAME, SETTINGS
 from search.errors import UserError
-from search.settings import BY_NAME, SETTINGS, SettingError
 from targets.base import OptionError, Target, resolve_options
 
 DEFAULT_STORE = "sqlite:///.crucible/crucible.db"
@@ -147,7 +147,7 @@ class _Reader:
         sandbox = self.table(data, "sandbox", ("backend",), "")
         try:
             backend = BY_NAME["sandbox"].check(sandbox.get("backend", BY_NAME["sandbox"].default))
-        except SettingError as exc:
+        except OptionError as exc:
             raise self.fail("sandbox.backend", exc.reason) from None
         thresholds = self.thresholds(data.get("thresholds", {}), "thresholds", Thresholds())
         options = self.table(data, "options", tuple(targets.names()), "")
@@ -293,7 +293,7 @@ class _Reader:
         for key, value in data.items():
             try:
                 values[key] = declared[key].check(value)
-            except SettingError as exc:
+            except OptionError as exc:
                 raise self.fail(f"search.{key}", exc.reason) from None
         chosen = values.get("proposer", BY_NAME["proposer"].default)
         own = {s.name for s in proposers.load(chosen).settings}

@@ -13,20 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.base import Sandbox
-from sandbox.job import Job, Result
+from sandbox.job import Result
 from search.ci.config import Champion, CIConfig, Workload
 from search.ci.gate import Check, Level, judge, relative_change, worst
 from search.errors import UserError
 from search.evaluation import Planned, checked, evaluate_baselines, plan, verify
-from search.loop.fingerprint import fingerprint
-from search.loop.search import Reporter
+from search.jobs import job, run
 from search.proposers.base import Proposer
-from search.proposers.llm.config import ModelChoice
+from search.service import Reporter, RunService, load_target, proposer_kind
 from search.service.records import Policy
-from search.service.runs import RunService, load_target
 from search.settings import RunConfig, default
 from search.stats.means import mean_metrics
 from targets.base import Target
+from verifiers.fingerprint import fingerprint
 from verifiers.program import Program
 
 RECORD = "ci"
@@ -226,7 +225,7 @@ def _program(ctx: Context, target: Target, champion: Champion) -> Program:
 def _score(ctx: Context, target: Target, program: Program, planned: Planned, name: str) -> dict[str, Any]:
     """A heuristic as written (its PARAMS at their defaults) on a workload's eval instances."""
     chosen = tuple(i for i in planned.instances if i.role == "eval")
-    result = ctx.sandbox.run(Job(target.name, program.source, chosen, params=program.defaults()))
+    (result,) = run(ctx.sandbox, [job(target.name, program.source, chosen, params=program.defaults())])
     if result.status != "ok":
         raise UserError(f"evaluation on {name} {result.status}: {result.message}")
     return _scored(result)
@@ -300,7 +299,7 @@ def _search(
     ctx.service.execute(info.run_id, ctx.sandbox, ctx.proposer, _Quiet(ctx.say))
     done = ctx.service.read.run(info.run_id)
     best = done.best
-    models = [ModelChoice.parse(spec).name for spec in settings.proposer_settings.get("models", [])]
+    models = list(proposer_kind(settings.proposer).models(settings.proposer_settings))
     return SearchResult(
         workload=workload.name,
         run_id=info.run_id,

@@ -117,6 +117,5 @@ def _resolve(source: str, origin: str, engine: str, wanted: str | None) -> tuple
 
 def _exportable() -> list[Any]:
     import targets
-    from targets.export import Exportable
 
-    return [t for t in map(targets.load, targets.names()) if isinstance(t, Exportable)]
+    return [t for t in map(targets.load, targets.names()) if t.exports()]

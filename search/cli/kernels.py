@@ -139,7 +139,7 @@ def _validations() -> dict[str, Validation]:
 
     found: dict[str, Validation] = {}
     for name in targets.names():
-        declared = getattr(targets.load(name), "validation", lambda: None)()  # a target may predate it
+        declared = targets.load(name).validation()
         if declared is not None:
             found[name] = declared
     return found

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from search.settings import BY_NAME, DEFAULT_STORE, Setting
+from search.settings import BY_NAME, DEFAULT_STORE
+from targets.base import Option, OptionError
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -56,15 +57,15 @@ def add_db(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _help(setting: Setting) -> str:
-    allowed = setting.allowed()
+def _help(setting: Option) -> str:
+    allowed = setting.allowed_values()
     shown = f"{setting.doc}; one of {', '.join(allowed)}" if allowed else setting.doc
     if setting.default not in (None, [], ()):
         shown += f" (default {setting.default})"
     return shown.replace("%", "%%")
 
 
-def add_setting(p: Any, setting: Setting) -> None:
+def add_setting(p: Any, setting: Option) -> None:
     """The flag of one setting; its value stays None unless given, so a command can tell what was given."""
     kwargs: dict[str, Any] = {"dest": setting.name, "default": None, "help": _help(setting)}
     if setting.metavar:
@@ -73,11 +74,11 @@ def add_setting(p: Any, setting: Setting) -> None:
         kwargs["metavar"] = setting.name.removesuffix("_s").upper()
     if setting.type == "list":
         kwargs["action"] = "append"
-    p.add_argument(setting.flag, **kwargs)
+    p.add_argument(setting.switch, **kwargs)
 
 
-def given(args: argparse.Namespace, settings: Iterable[Setting]) -> dict[str, Any]:
-    """The settings given on the command line, each parsed and checked (SettingError names the flag)."""
+def given(args: argparse.Namespace, settings: Iterable[Option]) -> dict[str, Any]:
+    """The settings given on the command line, each parsed and checked (OptionError names the flag)."""
     found = {}
     for setting in settings:
         text = getattr(args, setting.name, None)
@@ -89,13 +90,12 @@ def given(args: argparse.Namespace, settings: Iterable[Setting]) -> dict[str, An
 def setting(args: argparse.Namespace, name: str) -> Any:
     """A run setting's value on the command line, parsed, or its default where it was not given."""
     from search.errors import UserError
-    from search.settings import SettingError
 
     declared = BY_NAME[name]
     text = getattr(args, name, None)
     try:
         return declared.default if text is None else declared.parse(text)
-    except SettingError as exc:
+    except OptionError as exc:
         raise UserError(str(exc)) from None
 
 

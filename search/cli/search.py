@@ -7,9 +7,9 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
+from search.all_settings import SETTINGS
 from search.cli import parsing
 from search.cli.parsing import add_db, add_json, add_setting, add_workload, given
-from search.settings import SETTINGS
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -62,11 +62,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every run and proposer setting given on the command line, parsed."""
     from search import proposers
     from search.errors import UserError
-    from search.settings import SettingError
+    from targets.base import OptionError
 
     try:
         return given(args, (*SETTINGS, *proposers.settings()))
-    except SettingError as exc:
+    except OptionError as exc:
         raise UserError(str(exc)) from None
 
 

@@ -129,7 +129,7 @@ def described(target: Target) -> dict[str, Any]:
         "builtin_baselines": list(target.builtin_baselines()),
         "oracles": list(target.oracles()),
         "commands": [c.name for c in target.commands()],
-        "exports": sorted(getattr(target, "exports", dict)()),
+        "exports": sorted(target.exports()),
         "validation_options": [_option(o) for o in _validation(target)],
     }
 

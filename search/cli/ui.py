@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search.errors import UserError
-from search.settings import DEFAULT_STORE
-
-DB_ENV = "CRUCIBLE_DB"
-"""The variable the app reads its store URL from (set by this command for its child)."""
+from search.settings import DEFAULT_STORE, STORE_ENV
 
 
 def add_parser(sub: Any, name: str, help_text: str) -> None:
@@ -96,4 +93,4 @@ def ui(args: argparse.Namespace) -> None:
     command = streamlit_command(args.port, args.host)
     print(f"crucible ui: http://{args.host}:{args.port} on {args.db}", file=sys.stderr, flush=True)
     # This process becomes the server, so Ctrl-C and a supervisor's SIGTERM reach Streamlit itself.
-    os.execve(sys.executable, command, {**os.environ, DB_ENV: args.db})
+    os.execve(sys.executable, command, {**os.environ, STORE_ENV: args.db})

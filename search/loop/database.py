@@ -15,19 +15,13 @@ import random
 from dataclasses import dataclass, field
 
 from search.proposers.base import Entry
-from verifiers.static import is_docstring
+from verifiers.program import node_count
 
 Cell = tuple[int, int]
 """(distinct features read, size bucket): where a program sits in the MAP-Elites grid."""
 
 SIZE_BUCKETS = (8, 16, 32, 64)
 """Upper bounds (in AST nodes) of the size buckets; larger programs fall in the last bucket."""
-
-
-def node_count(fn: ast.FunctionDef) -> int:
-    """Statements and expressions in a function body, docstring excluded: the size a program is capped by."""
-    body = fn.body[1:] if fn.body and is_docstring(fn.body[0]) else fn.body
-    return sum(isinstance(n, ast.expr | ast.stmt) for stmt in body for n in ast.walk(stmt))
 
 
 def cell(entry: Entry) -> Cell:

@@ -16,47 +16,23 @@ from __future__ import annotations
 import json
 import math
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import targets
 from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Tuning
 from search.errors import UserError
-from search.loop.journal import Journal
-from search.store.tables import BASELINE, Candidate
-from targets.base import WARM, WINDOW, Instance, OptionError, Target, Windowed, WorkloadError, request_window
+from search.jobs import job, run, tuning
+from search.loop.journal import CandidateRecord, Journal
+from search.terms import BASELINE, TAIL, TAIL_RETUNED, Split
+from targets.base import WARM, WINDOW, Instance, OptionError, Target, WorkloadError, request_window, windowed
 from verifiers.static import check, render
 
 WINDOW_OPTION = WINDOW.name
 """The option (START:STOP over the workload's requests in time order) a windowed target declares."""
 WARM_OPTION = WARM.name
 """Where a target declares it, the tail is scored warm: it meets the state the head left, as in service."""
-TAIL = "tail"
-"""Evaluation role: the tail scored with the constants tuned on the head."""
-TAIL_RETUNED = "tail-retuned"
-"""Evaluation role: the tail scored after tuning the constants again on the whole tail."""
-
-
-@dataclass(frozen=True)
-class Split:
-    """Where a workload was cut: `share` of its requests, the last in time, are the tail."""
-
-    share: float
-    head: str
-    """The run's window, START:STOP."""
-    tail: str
-    """The held-out window, START:STOP."""
-    warm: bool = False
-    """The tail is replayed after the requests before it (uncounted), not from an empty state."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Split:
-        """A stored split; one stored before `warm` existed was scored cold, and a resumed run keeps that."""
-        return cls(float(data["share"]), str(data["head"]), str(data["tail"]), bool(data.get("warm", False)))
 
 
 def check_share(value: Any) -> float:
@@ -72,10 +48,11 @@ def check_share(value: Any) -> float:
 
 def split(target: Target, workload: str, options: dict[str, Any], share: float) -> Split:
     """Cut the workload (within the options' window) so the last `share` of its requests are the tail."""
-    if not isinstance(target, Windowed) or WINDOW_OPTION not in {o.name for o in target.options}:
+    if not windowed(target):
         raise UserError(f"target {target.name} cannot hold out a tail: its workloads have no request window")
     try:
         n = target.requests(workload)
+        assert n is not None, f"target {target.name} declares a request window but counts no requests"
         window = options.get(WINDOW_OPTION)
         lo, hi = request_window(window, n) if window else (0, n)
     except (WorkloadError, OptionError) as exc:
@@ -83,7 +60,7 @@ def split(target: Target, workload: str, options: dict[str, Any], share: float) 
     cut = hi - round((hi - lo) * share)
     if not lo < cut < hi:
         raise UserError(f"--holdout {share:g} of {hi - lo} requests leaves the head or the tail empty")
-    warm = WARM_OPTION in {o.name for o in target.options}
+    warm = WARM in target.options
     return Split(share, f"{lo}:{cut}", f"{cut}:{hi}", warm)
 
 
@@ -108,14 +85,14 @@ def retune_job(
     """A job that fits the constants on the very instances it scores (the tail), starting from `params`."""
     fitting = tuple(replace(i, role="train") for i in scoring)
     start = render(check(source, target.signatures), params)  # the first trial: the values given
-    return Job(target.name, start, fitting + scoring, tuning=tuning, limits=limits or Limits())
+    return job(target.name, start, fitting + scoring, tuning=tuning, limits=limits)
 
 
 @dataclass(frozen=True)
 class _Subject:
     """One policy the tail report scores: a candidate row of the run, or a built-in baseline by name."""
 
-    row: Candidate | None
+    row: CandidateRecord | None
     builtin: str = ""
 
 
@@ -130,10 +107,9 @@ def measure_tail(
 ) -> int:
     """Score the best candidate (`best_id`) and every baseline on the run's held-out tail and store it;
     policies already scored are skipped, so a resumed run finishes the report. Returns how many ran."""
-    run = journal.run()
-    config = json.loads(run.config)
+    config = journal.config()
     cut = Split.from_json(config["holdout"])
-    target = targets.load(run.target)
+    target = targets.load(journal.target())
     options = {k: v for k, v in config["options"].items() if k != WINDOW_OPTION}
     scoring = tail_scoring(target, config["workload"], options, cut)
     done = {(e.candidate_id, e.policy) for e in journal.evaluations() if e.role in (TAIL, TAIL_RETUNED)}
@@ -145,13 +121,13 @@ def measure_tail(
     jobs: list[tuple[_Subject, str, Job]] = []
     for s in subjects:
         if s.row is None:
-            jobs.append((s, TAIL, Job(target.name, "", scoring, builtin=s.builtin, limits=limits)))
+            jobs.append((s, TAIL, job(target.name, "", scoring, builtin=s.builtin, limits=limits)))
             continue
         params = json.loads(s.row.params or "{}")
-        jobs.append((s, TAIL, Job(target.name, s.row.source, scoring, params=params, limits=limits)))
-        retune = Tuning(trials=trials, seed=(seed * 100_003 + s.row.seq) % 2**32)  # baselines' seqs are < 0
+        jobs.append((s, TAIL, job(target.name, s.row.source, scoring, params=params, limits=limits)))
+        retune = tuning(trials, seed, s.row.seq)
         jobs.append((s, TAIL_RETUNED, retune_job(target, s.row.source, params, scoring, retune, limits)))
-    results = list(executor.map(sandbox.run, [job for _, _, job in jobs]))
+    results = run(sandbox, [j for _, _, j in jobs], executor)
     for (s, role, _), result in zip(jobs, results, strict=True):
         name = s.builtin if s.row is None else s.row.name or f"#{s.row.seq}"
         if result.status != "ok":

@@ -25,17 +25,18 @@ from itertools import takewhile
 
 import targets
 from sandbox.base import Sandbox
-from sandbox.job import Job, Limits, Result, Tuning
+from sandbox.job import Job, Limits, Result
+from search.jobs import job, run, tuning
 from search.loop.database import ProgramDatabase
-from search.loop.fingerprint import fingerprint
-from search.loop.journal import Journal
+from search.loop.journal import CandidateRecord, Journal
 from search.loop.schedule import Schedule, schedule_for
 from search.loop.selection import run_instances
 from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
-from search.store.tables import BASELINE, Candidate
-from targets.base import Objective, Target, objective_of
+from search.terms import BASELINE
+from targets.base import Objective, Target
+from verifiers.fingerprint import fingerprint
 from verifiers.program import Program
 from verifiers.properties import Domain, Outcome
 from verifiers.smt import Verifier
@@ -95,7 +96,7 @@ class Search:
     ) -> None:
         self.journal = journal
         self.run_id = journal.run_id
-        self.config = RunConfig.from_json(json.loads(journal.run().config))
+        self.config = RunConfig.from_json(journal.config())
         self.sandbox = sandbox
         self.proposer = proposer
         self.reporter = reporter or Reporter()
@@ -105,15 +106,15 @@ class Search:
         self.instances = run_instances(
             self.target, self.config.workload, self.config.options, self.config.select
         )
-        self.objective = objective_of(self.target, self.config.options)
+        self.objective = self.target.objective_for(self.config.options)
         self.maximize = self.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
         self.verifier = Verifier()
         self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
-        self.history: list[Candidate] = []
+        self.history: list[CandidateRecord] = []
         """The run's candidates by seq (baselines aside), each updated as its job finishes."""
-        self.anchors: list[Candidate] = []
+        self.anchors: list[CandidateRecord] = []
         """The run's baselines (and seeds), evaluated before any candidate."""
         self.admitted = 0
         """How many of `history` the program database holds."""
@@ -197,12 +198,12 @@ class Search:
         budget = self.config.budget
         return min(budget - (len(self.history) - alike), 2 * budget - len(self.history))
 
-    def _finished(self, row: Candidate) -> None:
+    def _finished(self, row: CandidateRecord) -> None:
         self.done += row.status != "duplicate"
         self._note_best(row)
         self.reporter.candidate(self.done, self.config.budget, self.best, row.status)
 
-    def _note_best(self, row: Candidate) -> None:
+    def _note_best(self, row: CandidateRecord) -> None:
         """The best score of a proposed candidate so far, for the progress line: what the final table
         calls found (the baselines are its other rows)."""
         if row.status != "evaluated" or row.score is None or row.proposer == BASELINE:
@@ -216,7 +217,7 @@ class Search:
             return None
         return max(0.0, self.config.time_budget_s - (self.clock() - started)) + 0.01
 
-    def _submit(self, pool: Executor, row: Candidate) -> Future[Result]:
+    def _submit(self, pool: Executor, row: CandidateRecord) -> Future[Result]:
         return pool.submit(self.sandbox.run, self._job(row))
 
     def _ready(self, seq: int) -> bool:
@@ -224,7 +225,7 @@ class Search:
         end = self.schedule.view_end(seq)
         return all(row.status != "pending" for row in self.history if row.seq < end)
 
-    def _view(self, seq: int) -> list[Candidate]:
+    def _view(self, seq: int) -> list[CandidateRecord]:
         """The finished candidates that candidate `seq` is proposed (and gated) from, by seq."""
         end = self.schedule.view_end(seq)
         return [row for row in self.history if row.seq < end]
@@ -244,7 +245,7 @@ class Search:
         rows = []
         for i, (name, source) in enumerate({**self.target.baselines(), **self.config.seeds}.items()):
             row = existing.get(name) or self.journal.add(
-                Candidate(
+                CandidateRecord(
                     run_id=self.run_id,
                     seq=-1 - i,
                     name=name,
@@ -262,12 +263,12 @@ class Search:
             return
         self.reporter.note(f"evaluating {len(rows) + len(builtins)} baselines")
         eval_only = tuple(i for i in self.instances if i.role == "eval")
-        tuned = getattr(self.target, "tuned_baselines", ())  # constants a baseline fits on the train part
+        tuned = self.target.tuned_baselines()  # constants a baseline fits on the train part
         jobs = [self._job(row, tune=row.name in tuned) for row in rows]
         jobs += [
-            Job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
+            job(self.config.target, "", eval_only, builtin=name, limits=self.limits) for name in builtins
         ]
-        results = list(pool.map(self.sandbox.run, jobs))
+        results = run(self.sandbox, jobs, pool)
         names = [row.name for row in rows] + builtins
         for name, result in zip(names, results, strict=True):
             if result.status != "ok":
@@ -277,7 +278,7 @@ class Search:
         for name, result in zip(builtins, results[len(rows) :], strict=True):
             self.journal.scored(None, result, policy=name)
 
-    def _propose_group(self, seqs: list[int]) -> list[Candidate]:
+    def _propose_group(self, seqs: list[int]) -> list[CandidateRecord]:
         """New candidates for `seqs`; a proposer with concurrency > 1 writes several at the same time.
 
         Each draws its island, parent and inspirations from its own view, in seq order. One at a time,
@@ -319,7 +320,7 @@ class Search:
         failures: tuple[str, ...],
         taken: set[str],
         lock: threading.Lock,
-    ) -> Candidate | None:
+    ) -> CandidateRecord | None:
         """Propose until a new (unseen) program comes out, and record it before anything runs."""
         island, parent, inspirations = drawn
         for attempt in range(20):
@@ -357,7 +358,7 @@ class Search:
                     model=proposal.model,
                 )
                 continue
-            row = Candidate(
+            row = CandidateRecord(
                 run_id=self.run_id,
                 seq=seq,
                 source=proposal.source,
@@ -409,17 +410,14 @@ class Search:
     def _program(self, source: str) -> Program:
         return check(source, self.target.signatures)
 
-    def _job(self, row: Candidate, tune: bool = True) -> Job:
-        tuning = None
+    def _job(self, row: CandidateRecord, tune: bool = True) -> Job:
+        tuned = None
         if tune:
             baseline = row.proposer == BASELINE  # never gated nor a duplicate: it anchors the report
-            tuning = Tuning(
-                trials=self.config.trials,
-                seed=(self.config.seed * 100_003 + row.seq) % 2**32,  # a baseline's seq is < 0
-                gate=None if baseline else self._gate(row.seq),
-                seen=() if baseline else tuple(self._behaviours(row.seq)),
-            )
-        return Job(self.config.target, row.source, tuple(self.instances), tuning=tuning, limits=self.limits)
+            gate = None if baseline else self._gate(row.seq)
+            seen = () if baseline else tuple(self._behaviours(row.seq))
+            tuned = tuning(self.config.trials, self.config.seed, row.seq, gate, seen)
+        return job(self.config.target, row.source, self.instances, tuning=tuned, limits=self.limits)
 
     def _gate(self, seq: int) -> float | None:
         """The cascade: a candidate reaches the full workload only if its train score makes the top k of
@@ -434,10 +432,10 @@ class Search:
         )
         return scores[self.config.gate_top_k - 1] if len(scores) >= self.config.gate_top_k else None
 
-    def _behaviours(self, seq: int) -> dict[str, Candidate]:
+    def _behaviours(self, seq: int) -> dict[str, CandidateRecord]:
         """Each behaviour signature of the programs candidate `seq` may not repeat (the baselines and the
         scored candidates of its view), with the first program that showed it."""
-        found: dict[str, Candidate] = {}
+        found: dict[str, CandidateRecord] = {}
         for row in [*self.anchors, *self._view(seq)]:
             if row.behaviour and row.status in ("evaluated", "gated"):
                 found.setdefault(row.behaviour, row)
@@ -449,7 +447,7 @@ class Search:
             row.note for row in self._view(seq) if row.status == "duplicate" and row.parent_id == parent_id
         )
 
-    def _record(self, row: Candidate, result: Result) -> None:
+    def _record(self, row: CandidateRecord, result: Result) -> None:
         metric = self.objective.metric
         train = [i.metrics[metric] for i in result.instances if i.role == "train" and metric in i.metrics]
         evals = [i.metrics[metric] for i in result.instances if i.role == "eval" and metric in i.metrics]
@@ -470,11 +468,11 @@ class Search:
             row.status, row.score = "evaluated", sum(evals) / len(evals)
         self.journal.finish(row, result)
 
-    def _admit(self, row: Candidate) -> None:
+    def _admit(self, row: CandidateRecord) -> None:
         if row.status != "evaluated" or row.score is None or row.id is None:
             return
         score = row.score if self.maximize else -row.score
-        evals = [json.loads(e.metrics) for e in self.journal.evaluations(row.id) if e.role == "eval"]
+        evals = [e.metrics for e in self.journal.evaluations(row.id) if e.role == "eval"]
         metrics, params = mean_metrics(evals), json.loads(row.params)
         entry = Entry(row.id, row.source, score, metrics, params, label=row.name or f"#{row.seq}")
         self.database.add(entry, row.island)
@@ -502,7 +500,7 @@ def _outcome(future: Future[Result]) -> Result:
         return Result(status="crashed", message=f"the executor lost the job: {type(exc).__name__}: {exc}")
 
 
-def _label(row: Candidate | None) -> str:
+def _label(row: CandidateRecord | None) -> str:
     """How a message names a candidate: a baseline by name, a candidate by its number."""
     if row is None:
         return "an earlier program"

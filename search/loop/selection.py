@@ -14,14 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from search.errors import UserError
-from search.loop.holdout import WARM_OPTION, WINDOW_OPTION
-from targets.base import Instance, OptionError, Target, Windowed, WorkloadError, request_window
-
-WHOLE = "window"
-"""Rank on the target's eval instances (the whole window): the default of a run without a held-out tail."""
-UNSEEN = "unseen"
-"""Rank on the window after the train share (warm where the target can): the default of one with a tail."""
-CHOICES = (WHOLE, UNSEEN)
+from search.terms import SELECT_CHOICES, UNSEEN, WHOLE
+from targets.base import WARM, WINDOW, Instance, OptionError, Target, WorkloadError, request_window, windowed
 
 
 def default_select(holdout: bool) -> str:
@@ -33,24 +27,23 @@ def default_select(holdout: bool) -> str:
 def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:
     """The run's instances: the target's train instances, and its eval instances or, for `unseen`, those of
     the window after the train share (warm where the target can); one UserError where it cannot."""
-    if select not in CHOICES:
-        raise UserError(f"--select must be one of {', '.join(CHOICES)}, got {select!r}")
+    if select not in SELECT_CHOICES:
+        raise UserError(f"--select must be one of {', '.join(SELECT_CHOICES)}, got {select!r}")
     try:
         found = target.instances(workload, options)
         if select == WHOLE:
             return found
-        declared = {o.name for o in target.options}
-        if not isinstance(target, Windowed) or WINDOW_OPTION not in declared:
+        n = target.requests(workload) if windowed(target) else None
+        if n is None:
             raise UserError(f"--select unseen: target {target.name} has no request window to rank on")
-        n = target.requests(workload)
         train = [i for i in found if i.role == "train"]
-        cuts = {_bounds(i.config.get(WINDOW_OPTION), n)[1] for i in train}
+        cuts = {_bounds(i.config.get(WINDOW.name), n)[1] for i in train}
         if len(cuts) != 1:
             raise UserError(f"--select unseen: target {target.name} has no single train window to follow")
-        hi = _bounds(options.get(WINDOW_OPTION), n)[1]
+        hi = _bounds(options.get(WINDOW.name), n)[1]
         (cut,) = cuts
-        warm = {WARM_OPTION: True} if WARM_OPTION in declared else {}
-        after = target.instances(workload, {**options, WINDOW_OPTION: f"{cut}:{hi}", **warm})
+        warm = {WARM.name: True} if WARM in target.options else {}
+        after = target.instances(workload, {**options, WINDOW.name: f"{cut}:{hi}", **warm})
         return [*train, *(i for i in after if i.role == "eval")]
     except (WorkloadError, OptionError) as exc:
         raise UserError(str(exc)) from None

@@ -11,9 +11,11 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from search.proposers.base import ProposerKind
-from search.settings import Setting
+from targets.base import Option, setting
 
 ENTRY_POINT_GROUP = "crucible.proposers"
+DEFAULT = "evolve"
+"""The offline proposer: it needs no endpoint, no key and no network."""
 
 
 class ProposerUnknown(LookupError):
@@ -36,13 +38,17 @@ def load(name: str) -> ProposerKind:
         raise ProposerUnknown(f"proposer {name!r} ({found[0].value}) cannot be loaded: {exc}") from None
 
 
-def settings() -> tuple[Setting, ...]:
+def settings() -> tuple[Option, ...]:
     """Every installed proposer's settings, each name once (proposers that share one, as mix shares the
-    LLM's, declare the same Setting); the flags and fields front ends offer beside the run's own."""
-    found: dict[str, Setting] = {}
+    LLM's, declare the same Option); the flags and fields front ends offer beside the run's own."""
+    found: dict[str, Option] = {}
     for name in names():
-        for setting in load(name).settings:
-            other = found.setdefault(setting.name, setting)
-            if other != setting:
-                raise ProposerUnknown(f"proposer {name!r} declares setting {setting.name!r} unlike another")
+        for declared in load(name).settings:
+            other = found.setdefault(declared.name, declared)
+            if other != declared:
+                raise ProposerUnknown(f"proposer {name!r} declares setting {declared.name!r} unlike another")
     return tuple(found.values())
+
+
+SETTING = setting("proposer", "str", DEFAULT, "who writes candidates", choices=names)
+"""Which proposer writes a run's candidates: a run's setting whose choices are the installed proposers."""

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from search.settings import Setting
-from targets.base import FeatureRegistry
+from targets.base import FeatureRegistry, Option
 from verifiers.program import Signature
 
 
@@ -106,12 +105,16 @@ class ProposerKind(Protocol):
 
     name: str
     doc: str
-    settings: tuple[Setting, ...]
+    settings: tuple[Option, ...]
 
     def configure(self, values: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         """Models whose calls this proposer would count as free (no price given): a cost cap cannot hold."""
+        ...
+
+    def models(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        """The models a run with these (configured) settings asks; none for a proposer that asks none."""
         ...
 
     def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer: ...

@@ -7,6 +7,7 @@ the service stays the only writer of runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.job import Result
+from search.loop.journal import FINISHED_FIELDS, CandidateRecord, EvaluationRecord
 from search.store.store import Store
-from search.store.tables import Candidate, Evaluation, Event, Run, Verification
+from search.store.tables import Candidate, Evaluation, Run, Verification
 from verifiers.properties import Outcome
 
 
@@ -71,26 +73,32 @@ def evaluations(
 
 
 class RunJournal:
-    """Everything the code that fills one run may read of it and write to it."""
+    """Everything the code that fills one run may read of it and write to it, in the loop's records."""
 
     def __init__(self, store: Store, run_id: str) -> None:
         self._store = store
         self.run_id = run_id
 
     # reads of this run
-    def run(self) -> Run:
+    def _run(self) -> Run:
         found = self._store.run(self.run_id)
         assert found is not None
         return found
 
-    def candidates(self) -> Sequence[Candidate]:
-        return self._store.candidates(self.run_id)
+    def config(self) -> dict[str, Any]:
+        return dict(json.loads(self._run().config))
 
-    def evaluations(self, candidate_id: int | None = None) -> Sequence[Evaluation]:
-        return self._store.evaluations(self.run_id, candidate_id)
+    def target(self) -> str:
+        return self._run().target
 
-    def events(self) -> Sequence[Event]:
-        return self._store.events(self.run_id)
+    def candidates(self) -> Sequence[CandidateRecord]:
+        return [_record(row) for row in self._store.candidates(self.run_id)]
+
+    def evaluations(self, candidate_id: int | None = None) -> Sequence[EvaluationRecord]:
+        return [
+            EvaluationRecord(e.candidate_id, e.policy, e.instance, e.role, json.loads(e.metrics))
+            for e in self._store.evaluations(self.run_id, candidate_id)
+        ]
 
     def spend(self) -> tuple[int, float]:
         return self._store.spend(self.run_id)
@@ -106,14 +114,20 @@ class RunJournal:
     def log(self, kind: str, message: str, **spent: Any) -> None:
         self._store.log(self.run_id, kind, message, **spent)
 
-    def add(self, row: Candidate, outcomes: Sequence[Outcome] = ()) -> Candidate:
+    def add(self, record: CandidateRecord, outcomes: Sequence[Outcome] = ()) -> CandidateRecord:
         """Record a candidate (and Z3's verdicts on it) before anything runs."""
-        return self._store.add_candidate(row, [_verification(self.run_id, o) for o in outcomes])
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "id"}
+        row = self._store.add_candidate(
+            Candidate(**fields), [_verification(self.run_id, o) for o in outcomes]
+        )
+        record.id = row.id
+        return record
 
-    def finish(self, row: Candidate, result: Result) -> None:
-        """Record a candidate's outcome (set on the row) and the result's evaluations in one transaction."""
-        rows = evaluations(self.run_id, row.id, result.instances, result.params, result.backend)
-        self._store.finish_candidate(row, rows)
+    def finish(self, record: CandidateRecord, result: Result) -> None:
+        """Record a candidate's outcome (set on the record) and the result's evaluations at once."""
+        assert record.id is not None, "a candidate is added before it finishes"
+        rows = evaluations(self.run_id, record.id, result.instances, result.params, result.backend)
+        self._store.finish_candidate(record.id, {f: getattr(record, f) for f in FINISHED_FIELDS}, rows)
 
     def scored(
         self, candidate_id: int | None, result: Result, *, policy: str = "", role: str | None = None
@@ -125,6 +139,11 @@ class RunJournal:
             self.run_id, candidate_id, result.instances, params, result.backend, policy=policy, role=role
         )
         self._store.add_evaluations(rows)
+
+
+def _record(row: Candidate) -> CandidateRecord:
+    """A stored candidate as the loop's record."""
+    return CandidateRecord(**{f.name: getattr(row, f.name) for f in dataclasses.fields(CandidateRecord)})
 
 
 def _verification(run_id: str, outcome: Outcome) -> Verification:

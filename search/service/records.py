@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.loop.fingerprint import fingerprint
 from search.service.journal import Scored, evaluations
 from search.stats.means import mean_metrics
 from search.store.store import TUNE, Store, StoreError
-from search.store.tables import BASELINE, Candidate
+from search.store.tables import Candidate
+from search.terms import BASELINE
+from verifiers.fingerprint import fingerprint
 
 CONFIGURED_SEQ = -1
 """The row of a tune study's run that holds the policy as configured."""
@@ -89,10 +90,11 @@ def record_study(store: Store, study: Study) -> str:
         ))  # fmt: skip
         if row is not None:
             results = study.configured["instances"]
-            row.score = mean(results, primary)
             backend = study.configured["backend"]
             store.finish_candidate(
-                row, evaluations(run_id, row.id, results, study.configured_values, backend)
+                row.id,
+                {"score": mean(results, primary)},
+                evaluations(run_id, row.id, results, study.configured_values, backend),
             )
     for trial in study.trials:
         row = rows.get(trial.number)
@@ -104,17 +106,18 @@ def record_study(store: Store, study: Study) -> str:
             ))  # fmt: skip
             if row is None:
                 continue
-            row.status = "gated" if trial.complete else "invalid"
-            row.message = trial.message
-            row.train_score = trial.train_score
-            store.finish_candidate(row, evaluations(run_id, row.id, trial.train, trial.params))
+            outcome = {
+                "status": "gated" if trial.complete else "invalid",
+                "message": trial.message,
+                "train_score": trial.train_score,
+            }
+            store.finish_candidate(row.id, outcome, evaluations(run_id, row.id, trial.train, trial.params))
         if trial.scored is not None and row.score is None:
-            row.status = "evaluated"
             row.score = mean(trial.scored["instances"], primary)
             scored = evaluations(
                 run_id, row.id, trial.scored["instances"], trial.params, trial.scored["backend"]
             )
-            store.finish_candidate(row, scored)
+            store.finish_candidate(row.id, {"status": "evaluated", "score": row.score}, scored)
     done = len(study.trials)
     # never "stopped": the service cannot resume a study; rerunning `crucible tune` continues it
     message = (
@@ -181,9 +184,10 @@ def record_scores(
                 note=policy.note,
             )
         )
-        row.score = mean(policy.results, metric)
         store.finish_candidate(
-            row, evaluations(run.id, row.id, policy.results, policy.params, policy.backend)
+            row.id,
+            {"score": mean(policy.results, metric)},
+            evaluations(run.id, row.id, policy.results, policy.params, policy.backend),
         )
     store.set_run_status(run.id, "finished")
     return run.id

@@ -22,6 +22,7 @@ import targets
 from sandbox.base import Sandbox
 from sandbox.job import Limits
 from search import proposers
+from search.all_settings import BY_NAME, SETTINGS
 from search.errors import UserError
 from search.executors.local import local_pool
 from search.loop.holdout import WINDOW_OPTION, measure_tail, split
@@ -31,7 +32,7 @@ from search.loop.selection import default_select, run_instances
 from search.proposers.base import Proposer, ProposerKind, ProposerUnavailable
 from search.service import records
 from search.service.journal import RunJournal
-from search.settings import BY_NAME, SETTINGS, RunConfig, Setting, SettingError, checked
+from search.settings import RunConfig, checked
 from search.store.readmodel import ReadModel, RunInfo, RunReport, run_status
 from search.store.store import Store, StoreError, open_engine
 from targets.base import Option, OptionError, Target, WorkloadError, resolve_options
@@ -99,7 +100,7 @@ class RunService:
                 raise UserError(f"unknown setting {name!r}")
             if not setting.resumable:
                 raise UserError(
-                    f"{setting.flag} is run {run.id}'s own setting; a resumed run keeps it "
+                    f"{setting.switch} is run {run.id}'s own setting; a resumed run keeps it "
                     "(start a new search to change it)"
                 )
             (run_changes if name in BY_NAME else proposer_changes)[name] = _checked(setting, value)
@@ -222,7 +223,7 @@ def prepare(target: str, workload: str | None, options: Mapping[str, Any], **giv
     internal = {k: given.pop(k) for k in list(given) if k in INTERNAL}
     try:
         run = checked(SETTINGS, run)
-    except SettingError as exc:
+    except OptionError as exc:
         raise UserError(str(exc)) from None
     kind = proposer_kind(run["proposer"])
     stray = [name for name in given if name not in {s.name for s in kind.settings}]
@@ -264,15 +265,20 @@ def proposer_kind(name: str) -> ProposerKind:
         raise UserError(str(exc)) from None
 
 
+def proposer_names() -> tuple[str, ...]:
+    """The installed proposers a run may be created with."""
+    return proposers.names()
+
+
 def _flag(name: str) -> str:
     """How the front ends name a proposer's setting: its flag."""
-    return next((s.flag for s in proposers.settings() if s.name == name), name)
+    return next((s.switch for s in proposers.settings() if s.name == name), name)
 
 
-def _checked(setting: Setting, value: Any) -> Any:
+def _checked(setting: Option, value: Any) -> Any:
     try:
         return setting.check(value)
-    except SettingError as exc:
+    except OptionError as exc:
         raise UserError(str(exc)) from None
 
 

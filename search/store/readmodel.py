@@ -19,13 +19,13 @@ from typing import Any
 
 import targets
 from search.errors import UserError
-from search.loop.holdout import TAIL, TAIL_RETUNED, Split
-from search.loop.selection import UNSEEN, WHOLE
 from search.stats import pareto
+from search.stats.importance import param_importances
 from search.stats.means import mean_metrics
 from search.store.store import TUNE, Store
-from search.store.tables import BASELINE, Candidate, Evaluation, Event, Run
-from targets.base import Objective, Target, objective_of
+from search.store.tables import Candidate, Evaluation, Event, Run
+from search.terms import BASELINE, TAIL, TAIL_RETUNED, UNSEEN, WHOLE, Split
+from targets.base import Objective, Target
 from verifiers.static import StaticError, check, render
 
 RAN = ("evaluated", "gated")
@@ -581,7 +581,7 @@ class ReadModel:
         if run.kind == "tune" and tune:
             first = tune["objectives"][0]
             return Objective(first["metric"], first["direction"])
-        return objective_of(_target(run), json.loads(run.config).get("options", {}))
+        return _target(run).objective_for(json.loads(run.config).get("options", {}))
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""
@@ -599,6 +599,13 @@ class ReadModel:
         except StaticError as exc:  # stored by an older checker that has since tightened
             raise UserError(f"candidate {candidate_id} no longer passes the static check: {exc}") from None
         return render(program, found.params).rstrip("\n") + "\n"
+
+    def param_importances(self, run_id: str, candidate_id: int) -> dict[str, float]:
+        """Which of a candidate's tuned constants mattered, from its stored study alone (PED-ANOVA): each
+        PARAM's share, most important first. NoImportance says in one line why there is no answer."""
+        found = self.candidate(run_id, candidate_id)
+        run = self.run(run_id)
+        return param_importances(run.target, found.source, found.trials, run.direction)
 
     def _run(self, run_id: str) -> Run:
         run = self.store.run(run_id)

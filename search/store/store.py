@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from search.errors import UserError
 from search.settings import DEFAULT_STORE as DEFAULT_URL
 from search.settings import redacted
 from search.store.migrate import upgrade
-from search.store.tables import BASELINE, Candidate, Evaluation, Event, Run, Verification, now
+from search.store.tables import Candidate, Evaluation, Event, Run, Verification, now
+from search.terms import BASELINE
 
 TUNE = "tune"
 """The proposer of a `crucible tune` run's trial rows."""
@@ -144,9 +145,16 @@ class Store:
             session.refresh(candidate)
             return candidate
 
-    def finish_candidate(self, candidate: Candidate, evaluations: Sequence[Evaluation]) -> None:
-        """Record a candidate's outcome and its evaluations in one transaction."""
+    def finish_candidate(
+        self, candidate_id: int, outcome: Mapping[str, Any], evaluations: Sequence[Evaluation]
+    ) -> None:
+        """Record a candidate's outcome (its columns by name) and its evaluations in one transaction."""
         with self._session() as session:
+            candidate = session.get(Candidate, candidate_id)
+            if candidate is None:
+                raise StoreError(f"no candidate {candidate_id}")
+            for name, value in outcome.items():
+                setattr(candidate, name, value)
             candidate.finished_at = now()
             session.add(candidate)
             for evaluation in evaluations:

@@ -10,11 +10,6 @@ from datetime import UTC, datetime
 from sqlalchemy import UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-BASELINE = "baseline"
-"""The proposer name of a baseline's candidate row: baselines seed the islands and anchor the report."""
-KINDS = ("search", "tune", "ci", "validate")
-"""Which verb of the run service made a run."""
-
 
 def now() -> datetime:
     return datetime.now(UTC)

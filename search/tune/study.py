@@ -21,14 +21,15 @@ from typing import Any, Literal
 import optuna
 
 from sandbox.base import Sandbox
-from sandbox.job import Job, Limits, Result
+from sandbox.job import Limits, Result
 from search.errors import UserError
-from search.loop.fingerprint import fingerprint
+from search.jobs import job, run
 from search.service import records
 from search.service.runs import RunService, instances
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
 from targets.base import Option, Target
+from verifiers.fingerprint import fingerprint
 from verifiers.program import Program
 from verifiers.static import render
 
@@ -261,10 +262,10 @@ class Study:
         chosen = {k: v for k, v in values.items() if k not in params}
         options = {**self.spec.options, **_typed(self.target, chosen)}
         found = [i for i in instances(self.target, self.spec.workload, options) if i.role == role]
-        job = Job(
-            self.target.name, self.spec.source, tuple(found), params=params, limits=Limits(**self.spec.limits)
-        )
-        return self.sandbox.run(job)
+        limits = Limits(**self.spec.limits)
+        each = job(self.target.name, self.spec.source, found, params=params, limits=limits)
+        (result,) = run(self.sandbox, [each])
+        return result
 
 
 def tune(
@@ -325,6 +326,7 @@ def record(study: Study, configured: Mapping[str, Any], front: Mapping[int, Mapp
         target=spec.target,
         workload=spec.workload,
         options=spec.options,
+        proposer="none",  # Optuna's sampler proposes every trial
         budget=spec.trials,
         seed=spec.seed,
         trials=1,

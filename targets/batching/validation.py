@@ -83,7 +83,7 @@ OPTIONS = (
 def instance(target: BatchingTarget, workload: str, values: Mapping[str, Any]) -> Instance:
     """The scaled-down slice both serve; the "engine" setting makes the target serve it in the engine too."""
     if values["load"] <= 0:
-        raise OptionError(f"option load: must be positive, got {values['load']:g}")
+        raise OptionError(f"option load must be positive, got {values['load']:g}")
     start, stop = request_window(values["requests"], target.requests(workload))
     divisor = values["token_divisor"]
     defaults = {o.name: o.default for o in target.options}

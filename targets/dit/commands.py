@@ -221,7 +221,7 @@ def check(values: Mapping[str, Any]) -> CommandResult:
         try:
             Path(values["out"]).write_text(json.dumps(result.data, indent=2, sort_keys=True) + "\n")
         except OSError as exc:
-            raise OptionError(f"option out: cannot write {values['out']} ({exc.strerror})") from None
+            raise OptionError(f"option out cannot write {values['out']} ({exc.strerror})") from None
     return result
 
 
@@ -232,7 +232,7 @@ def _check(values: Mapping[str, Any]) -> CommandResult:
         chosen = [v for v in found if v.table.id == values["table"]]
         if not chosen:
             known = ", ".join(v.table.id for v in found)
-            raise OptionError(f"option table: no table {values['table']!r}; tables: {known}")
+            raise OptionError(f"option table names no table {values['table']!r}; tables: {known}")
         v = _verdict(chosen[0])
         rows = [{"rank": i + 1, **r} for i, r in enumerate(v["rows"])]
         columns = ("rank", "plan", "published_s", "predicted_s", "error")

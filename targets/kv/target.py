@@ -136,14 +136,16 @@ class KVTarget(TargetBase):
     report_metrics = ("block_hit_rate", "token_hit_rate", "gap_closed", "prefill_ms_saved")
     integer_metrics = ()
     options = OPTIONS
-    tuned_baselines = ("lfu_da",)
-    """Baselines whose one constant is tuned on the train instances like a candidate's (LFU-DA's clock)."""
+
+    def tuned_baselines(self) -> tuple[str, ...]:
+        """LFU-DA, whose one constant (its clock) is tuned on the train instances like a candidate's."""
+        return ("lfu_da",)
 
     def objective_for(self, options: Mapping[str, Any]) -> Objective:
         """The objective a run with these options maximizes: the `objective` option's metric."""
         metric = str(options.get("objective") or self.objective.metric)
         if metric not in OBJECTIVES:
-            raise OptionError(f"option objective: {metric!r} is not one of {', '.join(OBJECTIVES)}")
+            raise OptionError(f"option objective must be one of {', '.join(OBJECTIVES)}, got {metric!r}")
         return Objective(metric, "maximize")
 
     def default_config(self) -> dict[str, Any]:

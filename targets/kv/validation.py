@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from targets.base import Check, Compared, Instance, Option, Shown, Validation, Windowed, request_window
+from targets.base import Check, Compared, Instance, Option, Shown, Target, Validation, request_window
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
 
 from .kernels import cost_model
@@ -28,9 +28,11 @@ OPTIONS = (
 )
 
 
-def instance(target: Windowed, workload: str, values: Mapping[str, Any]) -> Instance:
+def instance(target: Target, workload: str, values: Mapping[str, Any]) -> Instance:
     """The slice both serve; the "engine" setting makes the target replay it in the engine too."""
-    start, stop = request_window(values["requests"], target.requests(workload))
+    n = target.requests(workload)
+    assert n is not None, "the kv target's workloads are requests in time order"
+    start, stop = request_window(values["requests"], n)
     cost_model(values["profile"])  # a profile that cannot price prefill fails here, not in every job
     config: dict[str, Any] = {
         "capacity": values["capacity"],
@@ -42,7 +44,7 @@ def instance(target: Windowed, workload: str, values: Mapping[str, Any]) -> Inst
     return Instance(workload, config, f"{Path(workload).name}[{start}:{stop}]@{values['capacity']}")
 
 
-def validation_of(target: Windowed) -> Validation:
+def validation_of(target: Target) -> Validation:
     """How `crucible validate` checks the kv simulator against the engine, on slices of the target's own
     workloads."""
     return Validation(

@@ -311,7 +311,7 @@ def test_validate_names_the_option_whose_value_is_out_of_bounds(capsys) -> None:
         main(["validate", "--target", "batching", "--candidates", "fcfs", "--capacity", "0"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("crucible: error: option capacity:") and len(err.splitlines()) == 1
+    assert err.startswith("crucible: error: option capacity must") and len(err.splitlines()) == 1
 
 
 def test_validate_refuses_to_time_again_the_passes_of_a_profile_that_has_none(capsys) -> None:
@@ -327,7 +327,7 @@ def test_validate_names_the_window_a_slice_must_lie_in(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["validate", "--target", "kv", "--candidates", "lru", "--requests", "0:999999"])
     assert exc.value.code == 2
-    assert "option requests: need 0 <= START < STOP <=" in capsys.readouterr().err
+    assert "option requests needs 0 <= START < STOP <=" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not VIDUR.is_dir(), reason="needs ../shared/data/gpu-profiles")

@@ -12,7 +12,8 @@ pytest.importorskip("streamlit")
 from seeded_store import Seeded, seed
 from streamlit.testing.v1 import AppTest
 
-from search.cli.ui import DB_ENV, app_path
+from search.cli.ui import app_path
+from search.settings import STORE_ENV
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,7 @@ def open_page(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
     """Run the app on a store (`db`), switched to `page` with `query` in the URL; returns the AppTest."""
 
     def run(db: str, page: str = "views/runs.py", **query: str) -> AppTest:
-        monkeypatch.setenv(DB_ENV, db)
+        monkeypatch.setenv(STORE_ENV, db)
         at = AppTest.from_file(str(app_path()), default_timeout=60)
         at.query_params.update(query)
         at.run()

@@ -257,8 +257,8 @@ def test_compare_a_candidate_with_a_baseline_and_another_candidate(seeded: Seede
 
 def test_launch_form_is_generated_from_options_settings_and_proposers(seeded: Seeded, open_page) -> None:
     from search import proposers
+    from search.service import SETTINGS
     from search.service.runs import load_target
-    from search.settings import SETTINGS
 
     at = open_page(seeded.url, "views/launch.py")
     at.selectbox(key="launch-target").set_value("kv").run()

@@ -9,8 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from search.errors import UserError
-from search.service import CandidateInfo, RunInfo
-from search.stats.importance import NoImportance
+from search.service import CandidateInfo, NoImportance, RunInfo
 from ui import charts, data, frames, nav, states
 
 url = data.db_url()
@@ -136,7 +135,7 @@ def study(c: CandidateInfo) -> None:
     st.altair_chart(charts.history_chart(frame, run.objective), width="stretch")
     st.markdown("**Parameter importance**")
     try:
-        importances = data.param_importances(run.target, c.source, c.trials, run.direction)
+        importances = data.param_importances(url, run.run_id, c.candidate_id)
     except NoImportance as exc:
         st.caption(f"No parameter importance: {exc}.")
         return

@@ -13,12 +13,22 @@ from typing import Any
 
 import streamlit as st
 
-from search import proposers
 from search.errors import UserError
-from search.proposers.base import ProposerUnavailable
-from search.service import load_target, open_service, prepare, proposer_for, target_names
-from search.settings import SETTINGS, Setting, SettingError
-from ui import controls, data, launcher, nav
+from search.service import (
+    SETTINGS,
+    Option,
+    OptionError,
+    ProposerUnavailable,
+    keep_upload,
+    load_target,
+    open_service,
+    prepare,
+    proposer_for,
+    proposer_kind,
+    proposer_names,
+    target_names,
+)
+from ui import controls, data, nav
 
 url = data.db_url()
 st.title("Launch a search")
@@ -27,7 +37,7 @@ st.caption(f"Into the store `{url}`. The search runs in its own process: closing
 target_name = st.selectbox("Target", target_names(), key="launch-target")
 target = load_target(target_name)
 st.caption(target.description)
-kind = proposers.load(st.selectbox("Proposer", proposers.names(), key="proposer"))
+kind = proposer_kind(st.selectbox("Proposer", proposer_names(), key="proposer"))
 st.caption(kind.doc)
 
 
@@ -58,14 +68,15 @@ def option_field(option: Any) -> Any:
     return text.strip() or None
 
 
-def setting_field(setting: Setting, column: Any) -> Any:
+def setting_field(setting: Option, column: Any) -> Any:
     """One form field per run or proposer setting, at its one default; None (left empty) keeps that default
     or leaves it unset. Texts are parsed as the CLI parses the flag."""
     key, label = f"setting-{setting.name}", setting.name
     if setting.type == "bool":
         return column.checkbox(label, value=bool(setting.default), help=setting.doc, key=key)
-    if setting.allowed():
-        choices = [None, *setting.allowed()] if setting.default is None else list(setting.allowed())
+    if setting.allowed_values():
+        allowed = setting.allowed_values()
+        choices = [None, *allowed] if setting.default is None else list(allowed)
         index = choices.index(setting.default)
         return column.selectbox(label, choices, index=index, format_func=_shown, help=setting.doc, key=key)
     if setting.type in ("int", "float"):
@@ -88,7 +99,7 @@ def _shown(choice: Any) -> str:
     return "default" if choice is None else str(choice)
 
 
-def fields(settings: tuple[Setting, ...]) -> dict[str, Any]:
+def fields(settings: tuple[Option, ...]) -> dict[str, Any]:
     columns = st.columns(3)
     return {s.name: setting_field(s, columns[i % 3]) for i, s in enumerate(settings)}
 
@@ -105,7 +116,7 @@ with st.form("launch"):
         run_settings = fields(tuple(s for s in SETTINGS if s.name != "proposer"))
         st.subheader(f"Proposer: {kind.name}")
         proposer_settings = fields(kind.settings) if kind.settings else {}
-    except SettingError as exc:
+    except OptionError as exc:
         run_settings, proposer_settings = {}, {}
         st.error(str(exc))
     submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
@@ -121,7 +132,7 @@ if submitted:
         if upload is None:
             st.error("Upload a trace file, or choose the shipped workload.")
             st.stop()
-        workload = str(launcher.keep_upload(url, upload.name, upload.getvalue()))
+        workload = str(keep_upload(url, upload.name, upload.getvalue()))
     chosen = {name: value for name, value in values.items() if value is not None}
     settings = {**run_settings, **proposer_settings, "proposer": kind.name}
     with st.spinner("starting the search..."):

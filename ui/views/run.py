@@ -6,8 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from search.loop.selection import UNSEEN
-from search.service import CandidateInfo, HoldoutReport, RunInfo, StudyReport
+from search.service import UNSEEN, CandidateInfo, HoldoutReport, RunInfo, StudyReport
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()

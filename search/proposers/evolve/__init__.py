@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from search.proposers.base import Proposer
-from search.settings import Setting
+from targets.base import Option
 
 
 class EvolveKind:
@@ -14,12 +14,15 @@ class EvolveKind:
 
     name = "evolve"
     doc = "offline program evolution (no network): mutations and crossovers of the programs found so far"
-    settings: tuple[Setting, ...] = ()
+    settings: tuple[Option, ...] = ()
 
     def configure(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return {}
 
     def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def models(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         return ()
 
     def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer:

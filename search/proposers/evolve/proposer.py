@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeGuard
 
-from search.loop.database import node_count
 from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, TargetBrief
 from targets.base import Feature, FeatureRegistry
 from verifiers.intervals import (
@@ -42,8 +41,8 @@ from verifiers.intervals import (
     outside,
     power_faults,
 )
-from verifiers.program import ParamRange, Signature
-from verifiers.static import StaticError, check, is_docstring, number
+from verifiers.program import ParamRange, Signature, is_docstring, node_count
+from verifiers.static import StaticError, check, number
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {
@@ -483,7 +482,7 @@ class EvolveProposer:
 
     max_params: int = 8
     max_nodes: int = 60
-    """Statements and expressions in the mutated function (see `search.loop.database.node_count`)."""
+    """Statements and expressions in the mutated function (see `verifiers.program.node_count`)."""
     tries: int = 24
     weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     name: str = field(default="evolve", init=False)

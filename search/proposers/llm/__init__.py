@@ -7,10 +7,10 @@ from typing import Any
 
 from search.proposers.base import Proposer
 from search.proposers.llm.config import DEFAULT_KEY_ENV, LLMConfig, ModelChoice, Price
-from search.settings import Setting
+from targets.base import Option, setting
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
+SETTINGS: tuple[Option, ...] = (
+    setting(
         "models",
         "list",
         [],
@@ -18,19 +18,19 @@ SETTINGS: tuple[Setting, ...] = (
         flag_name="--model",
         metavar="NAME[:WEIGHT]",
     ),
-    Setting(
+    setting(
         "base_url",
         "str",
         None,
         "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default: OpenAI)",
         resumable=True,
     ),
-    Setting("api_key_env", "str", DEFAULT_KEY_ENV, "variable holding the API key", metavar="VAR"),
-    Setting("llm_timeout", "float", 120.0, "seconds per call", metavar="S", low=0, open_low=True),
-    Setting("llm_retries", "int", 2, "client retries of 429, 5xx, timeouts", low=0),
-    Setting("llm_concurrency", "int", 4, "calls in flight at most", low=1),
-    Setting("temperature", "float", None, "sampling temperature (default: the server's)", low=0),
-    Setting(
+    setting("api_key_env", "str", DEFAULT_KEY_ENV, "variable holding the API key", metavar="VAR"),
+    setting("llm_timeout", "float", 120.0, "seconds per call", metavar="S", low=0, open_low=True),
+    setting("llm_retries", "int", 2, "client retries of 429, 5xx, timeouts", low=0),
+    setting("llm_concurrency", "int", 4, "calls in flight at most", low=1),
+    setting("temperature", "float", None, "sampling temperature (default: the server's)", low=0),
+    setting(
         "prices",
         "list",
         [],
@@ -38,9 +38,9 @@ SETTINGS: tuple[Setting, ...] = (
         flag_name="--price",
         metavar="MODEL=PROMPT,COMPLETION",
     ),
-    Setting("prompts", "str", None, "folder of prompt templates replacing the shipped ones", metavar="DIR"),
+    setting("prompts", "str", None, "folder of prompt templates replacing the shipped ones", metavar="DIR"),
 )
-SHARE = Setting("llm_share", "float", 0.25, "share of LLM proposals under --proposer mix", low=0, high=1)
+SHARE = setting("llm_share", "float", 0.25, "share of LLM proposals under --proposer mix", low=0, high=1)
 
 
 def llm_config(values: Mapping[str, Any]) -> LLMConfig:
@@ -72,6 +72,9 @@ class LLMKind:
 
     def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(llm_config(values).unpriced())
+
+    def models(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(m.name for m in llm_config(values).models)
 
     def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer:
         return checked_llm(values, environ)

@@ -7,7 +7,7 @@ from typing import Any
 
 from search.proposers.base import Proposer
 from search.proposers.llm import SETTINGS, SHARE, checked_llm, llm_config
-from search.settings import Setting
+from targets.base import Option
 
 
 class MixKind:
@@ -15,7 +15,7 @@ class MixKind:
 
     name = "mix"
     doc = "the LLM writes a share of the proposals (--llm-share), offline evolution the rest"
-    settings: tuple[Setting, ...] = (*SETTINGS, SHARE)
+    settings: tuple[Option, ...] = (*SETTINGS, SHARE)
 
     def configure(self, values: Mapping[str, Any]) -> dict[str, Any]:
         llm_config(values)
@@ -23,6 +23,9 @@ class MixKind:
 
     def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(llm_config(values).unpriced())
+
+    def models(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(m.name for m in llm_config(values).models)
 
     def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> Proposer:
         from search.proposers.evolve.proposer import EvolveProposer

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import targets
 from search.cli import main
-from targets.export import Exportable, reads
+from targets.export import reads
 from verifiers.compiler import PLAIN_PRELUDE, plain_source, to_python
 from verifiers.static import check
 
@@ -87,8 +87,6 @@ def test_every_exported_feature_is_a_feature_of_its_target() -> None:
     seen = set()
     for name in targets.names():
         target = targets.load(name)
-        if not isinstance(target, Exportable):
-            continue
         for engine, export in target.exports().items():
             assert set(export.features) <= set(target.registry(export.signature).names), (name, engine)
             seen.add(engine)

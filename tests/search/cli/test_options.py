@@ -40,12 +40,12 @@ def test_a_bad_set_ends_in_one_line_naming_the_option_and_what_it_allows_and_sto
             "--set",
             "cache=3",
         ],
-        "option capacity: expected a whole number, got 'x'; allowed: [1, inf]": [*kv, "--set", "capacity=x"],
-        "option capacity: -5 is outside [1, inf]": [*kv, "--capacity", "-5"],
-        "option train_share: 2.0 is outside [0.01, 1]": [*kv, "--set", "train_share=2"],
+        "option capacity expects a whole number, got 'x'; allowed: [1, inf]": [*kv, "--set", "capacity=x"],
+        "option capacity must be a whole number of at least 1, got -5": [*kv, "--capacity", "-5"],
+        "option train_share must lie in [0.01, 1], got 2.0": [*kv, "--set", "train_share=2"],
         "--set expects NAME=VALUE, got 'capacity'": [*kv, "--set", "capacity"],
-        "option load: 0.0 is outside [0.001, inf]": ["--target", "batching", "--set", "load=0"],
-        "option requests: need 0 <= START < STOP": ["--target", "batching", "--set", "requests=50:10"],
+        "option load must be a number of at least 0.001, got 0.0": ["--target", "batching", "--set", "load=0"],
+        "option requests needs 0 <= START < STOP": ["--target", "batching", "--set", "requests=50:10"],
     }
     for expected, flags in cases.items():
         for command in ("search", "baselines"):

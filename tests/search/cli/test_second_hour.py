@@ -149,7 +149,7 @@ def test_a_target_commands_bool_flag_takes_a_value_or_none(capsys: pytest.Captur
         main(["dit", "plan", *flags, "--json"])
         assert json.loads(capsys.readouterr().out)["models"], flags
     code, line = one_line(capsys, "dit", "plan", "--list", "maybe")
-    assert code == 2 and "expected true or false, got 'maybe'" in line
+    assert code == 2 and "expects true or false, got 'maybe'" in line
 
 
 def test_a_gpu_count_no_plan_can_use_is_one_line_not_an_empty_table(

@@ -66,7 +66,9 @@ def searched(tmp_path: Path) -> tuple[str, Store, Scripted, Spy]:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = Store(open_engine(url))
     order = [FAULTY["divides"], SAFE["recency"], FAULTY["logs"], SAFE["frequency"], SAFE["fewer-hits-first"]]
-    config = RunConfig(target="kv", workload="gen:chat:1", options={"capacity": 300}, budget=5, workers=1)
+    config = RunConfig(
+        target="kv", workload="gen:chat:1", options={"capacity": 300}, proposer="evolve", budget=5, workers=1
+    )
     service = RunService(store)
     info = service.record(config)
     proposer, sandbox = Scripted(order), Spy()

@@ -8,16 +8,15 @@ import math
 
 import pytest
 
-from search.loop.database import node_count
 from search.loop.search import domains
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest, TargetBrief
 from search.proposers.evolve.proposer import OPERATORS, EvolveProposer
 from targets.kv.features import BLOCK_FEATURES
 from targets.kv.target import KVTarget
 from verifiers.compiler import to_python
-from verifiers.program import Program
+from verifiers.program import Program, is_docstring, node_count
 from verifiers.smt import Verifier
-from verifiers.static import check, is_docstring
+from verifiers.static import check
 
 TARGET = KVTarget()
 BRIEF = TargetBrief(

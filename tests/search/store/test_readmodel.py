@@ -15,7 +15,8 @@ from search.proposers.base import Proposal, ProposalFailed, ProposalRequest
 from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.readmodel import ReadModel
-from search.store.store import BASELINE, Store, open_engine
+from search.store.store import Store, open_engine
+from search.terms import BASELINE
 
 TRIALS = 2
 """Optuna trials per candidate in the stored run."""

@@ -52,11 +52,11 @@ def test_list_names_the_models_and_topologies(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--model", "flux"], "option model: 'flux' is not one of flux.1-dev"),
-        (["--model", "flux.1-dev", "--topology", "dgx"], "option topology: 'dgx' is not one of"),
+        (["--model", "flux"], "option model must be one of flux.1-dev"),
+        (["--model", "flux.1-dev", "--topology", "dgx"], "option topology must be one of"),
         (["--model", "flux.1-dev", "--gpus", "9"], "topology h100-nvlink has 8 GPUs; cannot use 9"),
         (["--model", "flux.1-dev", "--height", "1000"], "1000x1024 does not patch evenly"),
-        (["--model", "flux.1-dev", "--gpus", "two"], "option gpus: expected a whole number, got 'two'"),
+        (["--model", "flux.1-dev", "--gpus", "two"], "option gpus expects a whole number, got 'two'"),
         (["--model", "hunyuanvideo", "--frames", "128"], "frames must be 1 \\+ a multiple of 4"),
     ],
 )
@@ -135,5 +135,5 @@ def test_check_prints_both_halves_and_one_table_on_request(
 def test_check_names_an_unknown_table_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(["dit", "check", "--table", "sora"], capsys)
     assert code == 2 and out == ""
-    assert err.startswith("crucible: error: option table: no table 'sora'; tables: flux-1024-h100-compile")
+    assert err.startswith("crucible: error: option table names no table 'sora'; tables: flux-1024-h100-compile")
     assert len(err.strip().splitlines()) == 1

@@ -7,15 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from targets.base import (
-    Command,
     FeatureRegistry,
     Instance,
     Objective,
     Option,
     OptionError,
+    TargetBase,
     Validation,
     WorkloadError,
-    packaged_baselines,
     resolve_options,
 )
 from verifiers.compiler import to_python
@@ -23,7 +22,7 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
-from . import cache, engine
+from . import cache, reference
 from .features import SLOT_FEATURES
 from .properties import PROPERTIES
 from .workload import keys
@@ -32,8 +31,9 @@ PRIORITY = Signature("priority", SLOT_FEATURES.names, doc="Score a cached key; t
 OPTIONS = (Option("capacity", "int", 8, "cache slots", low=1, high=64),)
 
 
-class ToyCacheTarget:
-    """A cache of a few slots over a generated key stream."""
+class ToyCacheTarget(TargetBase):
+    """A cache of a few slots over a generated key stream; the optional hooks at TargetBase's defaults but
+    its validation."""
 
     name = "toy"
     description = "Choose which key a cache of a few slots evicts. Maximize the hit rate."
@@ -62,20 +62,8 @@ class ToyCacheTarget:
             Instance(workload, {"capacity": capacity}, workload, "eval"),
         ]
 
-    def files(self, instance: Instance) -> tuple[str, ...]:
-        return ()  # generated workloads only
-
-    def baselines(self) -> dict[str, str]:
-        return packaged_baselines(__package__)
-
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
-
-    def builtin_baselines(self) -> tuple[str, ...]:
-        return ()
-
-    def oracles(self) -> tuple[str, ...]:
-        return ()
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         stream = keys(instance.workload)
@@ -90,14 +78,11 @@ class ToyCacheTarget:
         hits = cache.replay(stream, capacity, priority)
         metrics = {"hit_rate": hits / len(stream), "hits": float(hits)}
         if instance.config.get("engine"):
-            metrics["engine_hit_rate"] = engine.replay(stream, capacity, priority) / len(stream)
+            metrics["engine_hit_rate"] = reference.replay(stream, capacity, priority) / len(stream)
         return metrics
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         raise KeyError(f"the toy target has no built-in baselines (asked for {name!r})")
-
-    def commands(self) -> tuple[Command, ...]:
-        return ()
 
     def validation(self) -> Validation:
         from .validation import VALIDATION

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from search.proposers.base import Proposal, ProposalRequest
-from search.settings import Setting
+from targets.base import setting
 
 SOURCE = '''"""Recency with {weight:g} hits' worth of frequency."""
 
@@ -32,12 +32,15 @@ class ToyProposer:
 class ToyKind:
     name = "toy"
     doc = "a toy proposer from a plugin package"
-    settings = (Setting("toy_weight", "float", 1.0, "the weight of frequency against recency", low=0),)
+    settings = (setting("toy_weight", "float", 1.0, "the weight of frequency against recency", low=0),)
 
     def configure(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return dict(values)
 
     def unpriced(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def models(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         return ()
 
     def create(self, values: Mapping[str, Any], environ: Mapping[str, str]) -> ToyProposer:

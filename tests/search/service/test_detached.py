@@ -1,12 +1,13 @@
-"""What the UI starts: a stored run executed by `crucible search --resume` in a detached, logged process; it
-never rebuilds a command line from a form (the run service creates the run from the form's values)."""
+"""What the service starts for a front end (the UI): a stored run executed by `crucible search --resume` in
+a detached, logged process; it never rebuilds a command line from a form (the run service creates the run
+from the form's values)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ui import launcher
+from search.service import detached as launcher
 
 
 def test_resume_is_the_stored_run_continued() -> None:

@@ -1,8 +1,7 @@
-"""Runs the UI sets going: `crucible search --resume RUN` in a detached process of its own session, so it
-outlives the page, the browser tab and the UI server; its output goes to a log file beside the store.
-
-A search launched from the form is created by the run service first (the page knows its id); the process
-only executes it, as a resume does. The first line of an error it exits with is shown as it is.
+"""Executing a stored run in a detached process (`crucible search --resume RUN`, a session of its own), so it
+outlives whoever started it (a page of the UI, the tab, the UI server); its output goes to a log file beside
+the store. A run launched from the UI's form is created by the service first (the page knows its id); the
+process only executes it, as a resume does. The first line of an error it exits with is said as it is.
 """
 
 from __future__ import annotations
@@ -78,6 +77,13 @@ def wait_running(started: Started, running: Callable[[], bool], timeout_s: float
             return error_line(started.log)
         time.sleep(0.3)
     return f"it has not started within {timeout_s:.0f} s; its output is in {started.log}"
+
+
+def launch(db: str, run_id: str, read: Callable[[str], str], sandbox: str | None = None) -> str | None:
+    """Execute the stored run `run_id` of the store at `db` in a detached process; None once it is running
+    (`read` gives a run's status), else the line its process failed with."""
+    started = start(resume_argv(db, run_id, sandbox), db)
+    return wait_running(started, lambda: read(run_id) == "running")
 
 
 def keep_upload(db: str, name: str, content: bytes) -> Path:
