@@ -111,6 +111,11 @@ class Instance:
         )
 
 
+MOST = 10**12
+"""The largest size (blocks, tokens, requests) an option takes: more than any machine holds or any trace
+needs, and exact in the float64 a compiled mechanism computes in."""
+
+
 class WorkloadError(ValueError):
     """A workload a user supplied cannot be used; the message is one line that says why."""
 
@@ -222,6 +227,8 @@ class Option:
             return self._number(value)
         if not isinstance(value, str) or not value:
             raise self.error(f"expects a non-empty text, got {value!r}")
+        if self.type == "path" and "\x00" in value:
+            raise self.error(f"expects a file name, got {value!r}")
         allowed = self.allowed_values()
         if allowed and self.type != "path" and value not in allowed:
             raise self.error(f"must be one of {', '.join(str(c) for c in allowed)}, got {value!r}")

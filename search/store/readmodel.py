@@ -397,8 +397,9 @@ class ReadModel:
 
     def baselines(self, run_id: str) -> list[BaselineInfo]:
         run = self._run(run_id)
-        target = _target(run)
-        metric, oracles = self._objective(run).metric, target.oracles()
+        target = _installed(run)
+        metric = self._objective(run).metric
+        oracles = target.oracles() if target is not None else ()
         names = {row.id: row.name for row in self.store.candidates(run.id) if row.proposer == BASELINE}
         found: dict[tuple[str, str], list[EvaluationInfo]] = {}
         for e in self.store.evaluations(run.id):
@@ -581,7 +582,10 @@ class ReadModel:
         if run.kind == "tune" and tune:
             first = tune["objectives"][0]
             return Objective(first["metric"], first["direction"])
-        return _target(run).objective_for(json.loads(run.config).get("options", {}))
+        target = _installed(run)
+        if target is None:  # its scores stay as stored; which way is better is the target's to say
+            return UNKNOWN_OBJECTIVE
+        return target.objective_for(json.loads(run.config).get("options", {}))
 
     def best_file(self, run_id: str) -> str:
         """The best candidate as a self-contained heuristic file: its source with the tuned PARAMS."""
@@ -633,6 +637,10 @@ class ReadModel:
         oracle = _best_of([b for b in baselines if b.oracle], objective)
         status = run_status(run)
         tokens, cost = self.store.spend(run.id)
+        message = run.message
+        if _installed(run) is None:
+            missing = f"target {run.target!r} is not installed here: its scores are shown as stored"
+            message = f"{missing}; {message}" if message else missing
         return RunInfo(
             run_id=run.id,
             kind=run.kind,
@@ -641,7 +649,7 @@ class ReadModel:
             options=dict(config.get("options", config.get("target_config", {}))),
             config=config,
             status=status,
-            message=run.message,
+            message=message,
             resumable=status in ("stopped", "interrupted"),
             created_at=_iso(run.created_at),
             updated_at=_iso(run.updated_at),
@@ -690,11 +698,26 @@ def failure_class(row: Candidate) -> str:
     return row.status
 
 
+UNKNOWN_OBJECTIVE = Objective("score", "maximize")
+"""The objective of a run whose target is not installed: its stored scores, shown as they are."""
+
+
+def _installed(run: Run) -> Target | None:
+    """The run's target, or None where it is not installed here (a plugin since removed)."""
+    try:
+        return targets.load(run.target)
+    except (KeyError, targets.TargetUnavailable):
+        return None
+
+
 def _target(run: Run) -> Target:
+    """The run's target, for an answer that needs it; one line where it is not installed."""
     try:
         return targets.load(run.target)
     except KeyError as exc:
         raise UserError(f"run {run.id}: {exc.args[0]}") from None
+    except targets.TargetUnavailable as exc:
+        raise UserError(f"run {run.id}: {exc}") from None
 
 
 def _best_of(baselines: Sequence[BaselineInfo], objective: Objective) -> BaselineRef | None:

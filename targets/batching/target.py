@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
+    MOST,
     WINDOW,
     FeatureRegistry,
     Instance,
@@ -74,17 +75,26 @@ DEFAULTS: dict[str, Any] = {
 default), and a load at which the tiny model on the measured 2-core profile queues and preempts."""
 OPTIONS = (
     Option("load", "float", DEFAULTS["load"], "arrivals as many times as dense as the trace's", low=0.001),
-    Option("capacity", "int", DEFAULTS["capacity"], "KV cache capacity in blocks", low=1),
-    Option("block_tokens", "int", DEFAULTS["block_tokens"], "tokens per KV block", low=1),
+    Option("capacity", "int", DEFAULTS["capacity"], "KV cache capacity in blocks", low=1, high=MOST),
+    Option("block_tokens", "int", DEFAULTS["block_tokens"], "tokens per KV block", low=1, high=MOST),
     Option(
         "token_budget",
         "int",
         DEFAULTS["token_budget"],
         "tokens per iteration (so also the prefill chunk) unless a candidate tunes PARAMS['token_budget']",
         low=1,
+        high=MOST,
         tune=(64, 16384),
     ),
-    Option("max_seqs", "int", DEFAULTS["max_seqs"], "requests in one batch at most", low=1, tune=(1, 1024)),
+    Option(
+        "max_seqs",
+        "int",
+        DEFAULTS["max_seqs"],
+        "requests in one batch at most",
+        low=1,
+        high=MOST,
+        tune=(1, 1024),
+    ),
     Option("ttft_slo_s", "float", DEFAULTS["ttft_slo_s"], "time-to-first-token SLO in seconds", low=0.0),
     Option("tpot_slo_s", "float", DEFAULTS["tpot_slo_s"], "time-per-output-token SLO in seconds", low=0.0),
     Option(
@@ -159,8 +169,8 @@ class BatchingTarget(TargetBase):
             config["requests"] = list(request_window(config["requests"], load_workload(workload).n))
         for name in ("capacity", "block_tokens", "token_budget", "max_seqs"):
             value = config[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise WorkloadError(f"{name} must be a positive whole number, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST:
+                raise WorkloadError(f"{name} must be a positive whole number up to {MOST:.0e}, got {value!r}")
         requests = instance_requests(Instance(workload, config))  # a bad trace or size fails here
         instance_limits(Instance(workload, config))
         cost_model(str(config.get("profile", DEFAULT_PROFILE)))
@@ -295,15 +305,19 @@ def instance_limits(instance: Instance, budget: float | None = None) -> Limits:
     config = {**DEFAULTS, **instance.config}
     divisor = int(config.get("token_divisor", 1))
     tokens = float(config["token_budget"] if budget is None else budget)
+    requests = instance_requests(instance)
+    # An iteration never computes more tokens than the window holds, nor runs more requests than it has:
+    # a larger budget or batch cap behaves as these do, and sizes no table beyond them.
+    total = int((requests.prompt_tokens + requests.output_tokens).sum())
     limits = Limits(
         kv_blocks=int(config["capacity"]),
         block_tokens=max(1, int(config["block_tokens"]) // divisor),
-        token_budget=max(1, round(tokens / divisor)),
-        max_seqs=int(config["max_seqs"]),
+        token_budget=max(1, min(round(tokens / divisor), total)),
+        max_seqs=min(int(config["max_seqs"]), requests.n),
         admit_whole_prompt=bool(config.get("admit_whole_prompt")),
     )
     try:
-        limits.check(instance_requests(instance))
+        limits.check(requests)
     except ValueError as exc:
         raise WorkloadError(str(exc)) from None
     return limits

@@ -252,6 +252,7 @@ def _replay(
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size
+    capacity = min(capacity, nb)  # a cache that holds every block of the trace never evicts: sized so
     next_pos, prefix_tokens = trace_tables(blocks, parent, block_tokens)
 
     S = np.zeros((nb, N_STATE), np.float64)  # zeros, so only the rows of blocks in use are ever paged in

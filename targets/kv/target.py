@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
+    MOST,
     WARM,
     WINDOW,
     FeatureRegistry,
@@ -83,7 +84,7 @@ OBJECTIVES = ("block_hit_rate", "prefill_ms_saved")
 """The metrics a kv run may maximize (the `objective` option)."""
 
 OPTIONS = (
-    Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1, flag=True),
+    Option("capacity", "int", SHIPPED_CAPACITY, "cache capacity in blocks", low=1, high=MOST, flag=True),
     Option(
         "block_tokens",
         "int",
@@ -91,6 +92,7 @@ OPTIONS = (
         "tokens per cache block; unset keeps the trace's own (512 for Mooncake): another size rescales "
         "every prompt to whole blocks, which changes prefill times, not hits",
         low=1,
+        high=MOST,
     ),
     Option(
         "profile",
@@ -160,7 +162,8 @@ class KVTarget(TargetBase):
         capacity = blocks_option(config, "capacity")
         cost_model(_profile(Instance(workload, config)))  # a profile that cannot answer fails here
         carried = {"capacity": capacity, **{k: config[k] for k in _CARRIED if config.get(k) is not None}}
-        plain = windowed_instances(workload, config, f"{Path(workload).name}@{capacity}", carried)
+        name = f"{Path(workload).name}@{capacity}{never_full(workload, capacity)}"
+        plain = windowed_instances(workload, config, name, carried)
         # LRU and Belady once here, not in every job: they turn a hit rate into the share of the gap closed.
         return [replace(i, config={**i.config, "reference": list(_reference_rates(i))}) for i in plain]
 
@@ -249,10 +252,17 @@ class KVTarget(TargetBase):
 def blocks_option(config: Mapping[str, Any], name: str, least: int = 1) -> int:
     """A capacity in blocks from a configuration; WorkloadError names it unless a whole number >= least."""
     value = config.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MOST:
         kind = "a positive" if least == 1 else "a non-negative"
-        raise WorkloadError(f"{name} must be {kind} number of blocks, got {value!r}")
+        raise WorkloadError(f"{name} must be {kind} number of blocks up to {MOST:.0e}, got {value!r}")
     return value
+
+
+def never_full(workload: str, capacity: int) -> str:
+    """A note for an instance's name where the cache holds every block the trace has (it never evicts, and
+    runs as a cache of exactly that size), else nothing."""
+    blocks = load_workload(workload).n_blocks
+    return f" (holds all {blocks:,} blocks of the trace: never evicts)" if capacity >= blocks else ""
 
 
 def windowed_instances(

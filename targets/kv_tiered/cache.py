@@ -449,6 +449,9 @@ def _replay_tiered(
 ):
     n_req = offsets.size - 1
     nb = parent.size
+    capacities = np.minimum(
+        capacities, nb
+    )  # a tier that holds every block of the trace never evicts: sized so
     next_pos, prefix_tokens = trace_tables(blocks, parent, block_tokens)
     max_len = longest_request(offsets)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from targets.base import (
+    MOST,
     Command,
     FeatureRegistry,
     Instance,
@@ -31,6 +32,7 @@ from targets.kv.target import (
     WINDOW_OPTIONS,
     blocks_option,
     load_workload,
+    never_full,
     replayed_trace,
     sampled_block,
     shipped_workload_path,
@@ -98,9 +100,16 @@ SHIPPED_CAPACITY, SHIPPED_HOST = 1000, 8000
 Llama-3-8B: about what an 80 GB H100 leaves beside the weights), host memory for 8,000."""
 
 OPTIONS = (
-    Option("capacity", "int", SHIPPED_CAPACITY, "GPU tier capacity in blocks", low=1),
-    Option("host_capacity", "int", SHIPPED_HOST, "host-memory tier capacity in blocks (0: none)", low=0),
-    Option("disk_capacity", "int", 0, "disk tier capacity in blocks (0: none)", low=0),
+    Option("capacity", "int", SHIPPED_CAPACITY, "GPU tier capacity in blocks", low=1, high=MOST),
+    Option(
+        "host_capacity",
+        "int",
+        SHIPPED_HOST,
+        "host-memory tier capacity in blocks (0: none)",
+        low=0,
+        high=MOST,
+    ),
+    Option("disk_capacity", "int", 0, "disk tier capacity in blocks (0: none)", low=0, high=MOST),
     Option(
         "write",
         "str",
@@ -180,9 +189,10 @@ class TieredKVTarget(TargetBase):
             if option.choices and option.name in values:
                 option.check(values[option.name])
         if disk and not host:
-            raise OptionError("option disk_capacity: a disk tier needs a host-memory tier above it")
+            raise OptionError("option disk_capacity needs a host-memory tier above it (host_capacity > 0)")
         carried = {k: values[k] for k in _CARRIED}
-        name = f"{Path(workload).name}@{capacity}+{host}" + (f"+{disk}" if disk else "")
+        tiers = f"{capacity}+{host}" + (f"+{disk}" if disk else "")
+        name = f"{Path(workload).name}@{tiers}{never_full(workload, capacity)}"
         return windowed_instances(workload, config, name, carried)
 
     def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:

@@ -77,7 +77,10 @@ def test_validate_compares_the_simulator_with_an_independent_engine(
     )
     mru.write_text('"""MRU: evict the key used last."""\n\n\ndef priority(b, p):\n    return b.age\n')
     argv = ["validate", "--target", "toy", "--candidates", "lru", str(lfu), str(mru), "--sandbox", "process"]
-    main([*argv, "--capacity", "4", "--requests", "400", "--json", "--check"])  # --check: exit 1 on a miss
+    db = f"sqlite:///{plugin / 'runs.db'}"
+    main(
+        [*argv, "--capacity", "4", "--requests", "400", "--json", "--check", "--db", db]
+    )  # --check: exit 1 on a miss
     result = json.loads(capsys.readouterr().out)
     policies = result["policies"]
     assert set(policies) == {"lru", "lfu", "mru"}

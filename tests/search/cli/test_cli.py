@@ -148,7 +148,7 @@ def test_bad_input_ends_in_one_line_and_keeps_what_is_stored(
         "line 2": ["search", "--workload", str(malformed), "--capacity", "10", "--db", url],
         "no requests": ["baselines", "--workload", str(empty), "--capacity", "10", "--db", url],
         "[no-imports]": ["eval", str(outside), *WORKLOAD, "--db", url],
-        "option capacity must be a whole number of at least 1, got 0": ["search", "--capacity", "0", "--db", url],
+        "option capacity must lie in [1, 1e+12], got 0": ["search", "--capacity", "0", "--db", url],
         "does not exist": ["search", *WORKLOAD, "--db", f"sqlite:///{tmp_path}/missing/dir/runs.db"],
         f"not a store URL; a SQLite file is sqlite:///{db}": ["runs", "list", "--db", str(db)],
         "no such trace file": ["search", "--workload", str(tmp_path / "nope.jsonl"), "--db", url],

@@ -34,18 +34,19 @@ def test_a_bad_set_ends_in_one_line_naming_the_option_and_what_it_allows_and_sto
     db = tmp_path / "runs.db"
     url = f"sqlite:///{db}"
     kv = ["--workload", "gen:chat:1"]
+    batching = ["--target", "batching"]
     cases = {
         "unknown option 'cache' for target kv; options: capacity, block_tokens, profile, train_share": [
             *kv,
             "--set",
             "cache=3",
         ],
-        "option capacity expects a whole number, got 'x'; allowed: [1, inf]": [*kv, "--set", "capacity=x"],
-        "option capacity must be a whole number of at least 1, got -5": [*kv, "--capacity", "-5"],
+        "option capacity expects a whole number, got 'x'; allowed: [1, 1e+12]": [*kv, "--set", "capacity=x"],
+        "option capacity must lie in [1, 1e+12], got -5": [*kv, "--capacity", "-5"],
         "option train_share must lie in [0.01, 1], got 2.0": [*kv, "--set", "train_share=2"],
         "--set expects NAME=VALUE, got 'capacity'": [*kv, "--set", "capacity"],
-        "option load must be a number of at least 0.001, got 0.0": ["--target", "batching", "--set", "load=0"],
-        "option requests needs 0 <= START < STOP": ["--target", "batching", "--set", "requests=50:10"],
+        "option load must be a number of at least 0.001, got 0.0": [*batching, "--set", "load=0"],
+        "option requests needs 0 <= START < STOP": [*batching, "--set", "requests=50:10"],
     }
     for expected, flags in cases.items():
         for command in ("search", "baselines"):

@@ -135,5 +135,6 @@ def test_check_prints_both_halves_and_one_table_on_request(
 def test_check_names_an_unknown_table_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(["dit", "check", "--table", "sora"], capsys)
     assert code == 2 and out == ""
-    assert err.startswith("crucible: error: option table names no table 'sora'; tables: flux-1024-h100-compile")
+    said = "crucible: error: option table names no table 'sora'; tables: flux-1024-h100-compile"
+    assert err.startswith(said)
     assert len(err.strip().splitlines()) == 1

@@ -48,7 +48,7 @@ def test_a_run_maximizes_the_hit_rate_or_the_prefill_time_saved_as_the_objective
     assert TARGET.objective_for({"objective": "prefill_ms_saved"}) == Objective(
         "prefill_ms_saved", "maximize"
     )
-    with pytest.raises(OptionError, match="option objective must be one of .*, got 'ttft'"):
+    with pytest.raises(OptionError, match=r"option objective must be one of .*, got 'ttft'"):
         TARGET.objective_for({"objective": "ttft"})
     (option,) = [o for o in TARGET.options if o.name == "objective"]
     assert option.parse("prefill_ms_saved") == "prefill_ms_saved"
