@@ -16,5 +16,5 @@ pages = st.navigation(
         st.Page(nav.LAUNCH, title="Launch", icon=":material/rocket_launch:", url_path="launch"),
     ]
 )
-st.sidebar.caption(f"store: `{data.db_url()}`")
+st.sidebar.caption(f"store: `{data.shown_url()}`")
 pages.run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from search.service import RunInfo, RunService, launch, open_service
+from search.service import RunInfo, RunService, launch, open_service, redacted
 
 
 def _service(url: str) -> RunService:
@@ -17,7 +17,7 @@ def run_controls(url: str, run: RunInfo) -> None:
         stop_button(url, run)
     elif run.resumable:
         resume_button(url, run)
-        st.caption(f"From a shell: `crucible search --resume {run.run_id} --db {url}`")
+        st.caption(f"From a shell: `crucible search --resume {run.run_id} --db {redacted(url)}`")
 
 
 def execute(url: str, run_id: str, sandbox: str | None = None) -> str | None:

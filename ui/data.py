@@ -27,10 +27,16 @@ from search.service import (
     RunInfo,
     StudyReport,
     open_service,
+    redacted,
 )
 
 TTL_S = 2.0
 """How long an answer is reused: shorter than the live pages' refresh interval."""
+
+
+def shown_url() -> str:
+    """The store as the pages show it: a password in its URL never drawn."""
+    return redacted(db_url())
 
 
 def db_url() -> str:

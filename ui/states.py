@@ -8,14 +8,14 @@ from typing import NoReturn, ParamSpec, TypeVar
 import streamlit as st
 
 from search.errors import UserError
-from search.service import StoreError
+from search.service import StoreError, redacted
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
 def start_command(url: str) -> str:
-    return f"crucible search --target kv --budget 60 --db {url}"
+    return f"crucible search --target kv --budget 60 --db {redacted(url)}"
 
 
 def read(fetch: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search.errors import UserError
-from search.settings import DEFAULT_STORE, STORE_ENV
+from search.settings import DEFAULT_STORE, STORE_ENV, redacted
 
 
 def add_parser(sub: Any, name: str, help_text: str) -> None:
@@ -91,6 +91,6 @@ def ui(args: argparse.Namespace) -> None:
         raise UserError("the web UI needs Streamlit: pip install -e '.[ui]'")
     check_address(args.host, args.port)
     command = streamlit_command(args.port, args.host)
-    print(f"crucible ui: http://{args.host}:{args.port} on {args.db}", file=sys.stderr, flush=True)
+    print(f"crucible ui: http://{args.host}:{args.port} on {redacted(args.db)}", file=sys.stderr, flush=True)
     # This process becomes the server, so Ctrl-C and a supervisor's SIGTERM reach Streamlit itself.
     os.execve(sys.executable, command, {**os.environ, STORE_ENV: args.db})

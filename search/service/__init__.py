@@ -16,7 +16,7 @@ from search.service.runs import (
     proposer_of,
     target_names,
 )
-from search.settings import DEFAULT_STORE, STORE_ENV
+from search.settings import DEFAULT_STORE, STORE_ENV, redacted
 from search.stats.importance import NoImportance
 from search.store.readmodel import (
     BaselineInfo,
@@ -82,5 +82,6 @@ __all__ = [
     "proposer_kind",
     "proposer_names",
     "proposer_of",
+    "redacted",
     "target_names",
 ]

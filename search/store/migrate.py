@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 
 MIGRATIONS = Path(__file__).resolve().with_name("migrations")
 VERSION_TABLE = "crucible_schema_version"
@@ -40,6 +40,61 @@ def head() -> str:
     found = ScriptDirectory.from_config(_config()).get_current_head()
     assert found is not None
     return found
+
+
+OURS: dict[str, frozenset[str]] = {
+    "run": frozenset({"id", "target", "status", "config"}),
+    "candidate": frozenset({"id", "run_id", "seq", "source", "fingerprint"}),
+    "evaluation": frozenset({"id", "run_id", "instance", "role", "metrics"}),
+    "verification": frozenset({"id", "run_id", "property", "verdict"}),
+    "event": frozenset({"id", "run_id", "kind", "message"}),
+}
+"""Crucible's tables, each with the columns every store has had since the first: what tells one of ours
+made before migrations existed from another application's table of the same name."""
+NEIGHBOURS = frozenset(
+    {
+        "alembic_version",
+        "version_info",
+        "studies",
+        "study_directions",
+        "study_user_attributes",
+        "study_system_attributes",
+        "trials",
+        "trial_params",
+        "trial_values",
+        "trial_user_attributes",
+        "trial_system_attributes",
+        "trial_intermediate_values",
+        "trial_heartbeats",
+    }
+)
+"""The tables an Optuna storage keeps, which may share a database with a store (`crucible tune`)."""
+
+
+class NotOurs(Exception):
+    """The database holds what a Crucible store never does, or was written by a newer Crucible; one line,
+    and nothing was changed."""
+
+
+def check_ours(connection: Connection) -> None:
+    """Raise NotOurs unless the database is a store this Crucible can open: empty, one of its own at a
+    revision it knows, or one made before migrations (Crucible's tables and Optuna's only). Reads only."""
+    found = revision(connection)
+    known = [script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()]
+    if found is not None:
+        if found not in known:
+            raise NotOurs(f"written by a newer Crucible: schema {found}; this one knows up to {head()}")
+        return
+    inspector = inspect(connection)
+    tables = set(inspector.get_table_names())
+    other = sorted(tables - set(OURS) - NEIGHBOURS)
+    if other:
+        raise NotOurs(f"not a Crucible store: it holds tables Crucible never makes ({', '.join(other[:5])})")
+    for table in sorted(tables & set(OURS)):
+        columns = {column["name"] for column in inspector.get_columns(table)}
+        if not OURS[table] <= columns:
+            lacking = ", ".join(sorted(OURS[table] - columns))
+            raise NotOurs(f"not a Crucible store: its table {table} is another's (no column {lacking})")
 
 
 def revision(connection: Connection) -> str | None:

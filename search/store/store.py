@@ -20,7 +20,7 @@ from sqlmodel import Session, create_engine, select
 from search.errors import UserError
 from search.settings import DEFAULT_STORE as DEFAULT_URL
 from search.settings import redacted
-from search.store.migrate import upgrade
+from search.store.migrate import NotOurs, check_ours, upgrade
 from search.store.tables import Candidate, Evaluation, Event, Run, Verification, now
 from search.terms import BASELINE
 
@@ -53,10 +53,19 @@ def open_engine(url: str = DEFAULT_URL, create: bool = True) -> Engine:
         if not path.parent.is_dir():
             raise StoreError(f"cannot open database {redacted(url)}: folder {path.parent} does not exist")
     try:
-        engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
+        looking = create_engine(url, connect_args=connect_args)  # no pragma yet: WAL mode writes the file
+        try:
+            with looking.connect() as connection:
+                check_ours(connection)
+        finally:
+            looking.dispose()
+        engine = create_engine(url, connect_args=connect_args)
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         upgrade(engine)
+    except NotOurs as exc:
+        raise StoreError(f"cannot open database {redacted(url)}: {exc}") from None
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open database {redacted(url)}: {_reason(exc)}") from None
     except ModuleNotFoundError as exc:

@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from targets.base import WorkloadError
+from targets.trace_files import checked_file
+
 from .shapes import ModelShape
 
 Terms = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
@@ -300,13 +303,18 @@ def load_profile(name_or_path: str) -> Profile:
         where = name_or_path
     else:
         where = name_or_path
+        known = ", ".join(SHIPPED)
         try:
-            text = Path(name_or_path).read_text()
+            checked_file(Path(name_or_path), "profile file")
+            text = Path(name_or_path).read_text(encoding="utf-8")
+        except WorkloadError as exc:
+            raise ProfileError(f"{exc}; shipped profiles: {known}") from None
         except OSError as exc:
-            known = ", ".join(SHIPPED)
             raise ProfileError(
                 f"{where}: cannot read the profile ({exc.strerror}); shipped: {known}"
             ) from None
+        except UnicodeDecodeError:
+            raise ProfileError(f"{where}: not a profile file (not UTF-8 text); shipped: {known}") from None
     try:
         return Profile.from_json(json.loads(text))
     except ProfileError as exc:

@@ -32,7 +32,10 @@ from ui import controls, data, nav
 
 url = data.db_url()
 st.title("Launch a search")
-st.caption(f"Into the store `{url}`. The search runs in its own process: closing this page does not stop it.")
+st.caption(
+    f"Into the store `{data.shown_url()}`. The search runs in its own process: closing this page does not "
+    "stop it."
+)
 
 target_name = st.selectbox("Target", target_names(), key="launch-target")
 target = load_target(target_name)
