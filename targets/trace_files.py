@@ -31,8 +31,8 @@ def checked_file(path: Path, what: str = "trace file") -> os.stat_result:
         raise WorkloadError(f"{path}: no such {what}") from None
     if not stat.S_ISREG(found.st_mode):
         mode = found.st_mode
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) | stat.S_ISBLK(mode) else ""
-        kind = kind or "a special file"
+        device = stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if device else "a special file"
         raise WorkloadError(f"{path}: {kind}, not a regular {what}")
     room = memory_limit() // PARSE_FACTOR
     if found.st_size > room:
