@@ -31,11 +31,11 @@ from sandbox.process import ProcessSandbox
 from search.cli import main as crucible
 from search.errors import UserError
 from search.evaluation import read_program
-from search.loop.holdout import WINDOW_OPTION, Split, retune_job, tail_scoring
-from search.loop.selection import UNSEEN, run_instances
+from search.loop.holdout import WINDOW_OPTION, retune_job, tail_scoring
+from search.loop.selection import run_instances
 from search.store.readmodel import ReadModel
 from search.store.store import Store, StoreError, open_engine
-from search.terms import BASELINE
+from search.terms import BASELINE, UNSEEN, Split
 
 
 def ranks(values: np.ndarray) -> np.ndarray:

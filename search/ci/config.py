@@ -214,7 +214,7 @@ class _Reader:
                 try:
                     resolve_options(declared, {name: item})
                 except OptionError as exc:
-                    raise self.fail(f"{key}.{name}", str(exc)) from None
+                    raise self.fail(f"{key}.{name}", exc.reason) from None
         return {**shared, **given}
 
     def workloads(self, data: Any, options: Mapping[str, Any]) -> tuple[Workload, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from xml.etree import ElementTree
 
 from search.ci.gate import Level
 from search.ci.pipeline import ChampionResult
+from search.errors import UserError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
 
@@ -140,6 +142,23 @@ def junit(report: CIReport) -> str:
     suites.set("failures", str(failures))
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def check_output(folder: Path) -> None:
+    """Make sure the reports can be written into `folder` before any work starts, leaving nothing behind:
+    one line (exit 2) where they cannot (a file in the way, a folder or a parent that is not writable)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--output {folder}: a file, not a folder for the reports")
+    if folder.is_dir():
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".crucible-check-"):
+                pass
+        except OSError as exc:
+            raise UserError(f"--output {folder}: reports cannot be written there ({exc.strerror})") from None
+        return
+    parent = next(p for p in folder.absolute().parents if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--output {folder}: cannot be made in {parent} (not a writable folder)")
 
 
 def write(report: CIReport, folder: Path) -> list[Path]:

@@ -37,13 +37,14 @@ def run(args: argparse.Namespace) -> None:
     from sandbox.choice import choose_sandbox
     from search.ci import config as ci_config
     from search.ci.pipeline import Context, check_champion, repository
-    from search.ci.reports import CIReport, write
+    from search.ci.reports import CIReport, check_output, write
     from search.service import open_service, proposer_of
 
     path = Path(args.config)
     config = ci_config.load(path)
     root, commit = repository(path.resolve().parent)
     proposer = proposer_of(config.search, os.environ)  # no key, no endpoint: fail before anything runs
+    check_output(Path(args.output))  # before an hour of work: a report that cannot be written is said now
     if config.store.startswith("sqlite:///"):  # the default .crucible/ folder is made on first use
         Path(config.store.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     service = open_service(config.store)

@@ -61,40 +61,37 @@ def result(report: RunReport, target: Target, db: str) -> list[RenderableType | 
 
 
 def verdict(report: RunReport, db: str) -> list[str]:
-    """What the run found, in words: better than every non-oracle baseline, or not (and by how much)."""
-    run, best = report.run, report.best
-    if best is None or best.score is None:
+    """What the run found, in words, on the evidence that counts (the held-out tail where it has one):
+    better than every non-oracle baseline there, or not (and by how much)."""
+    run, judged = report.run, report.judgement()
+    if judged is None:
         return []
     take = f"crucible runs best {run.run_id}{'' if db == DEFAULT_STORE else f' --db {db}'} --output best.py"
-    rival = run.best_baseline
-    if rival is None or rival.score is None:
+    there = "" if judged.on == "the workload" else f" on {judged.on}"
+    if judged.rival is None:
         return [f"best heuristic: {take}"]
-    objective = Objective(run.objective, run.direction)
-    if objective.better(best.score, rival.score):
-        return [f"best heuristic ({best.label}, better than every baseline): {take}"]
+    if judged.better:
+        return [f"best heuristic ({judged.found}, better than every baseline{there}): {take}"]
     return [
-        f"found nothing better than the best baseline: {rival.name} {rival.score:.4f} against "
-        f"{best.label} {best.score:.4f} ({run.objective}, {run.direction}); the best found is still "
-        f"{take.removeprefix('crucible ')}"
+        f"found nothing better than the best baseline{there}: {judged.rival} {judged.rival_score:.4f} "
+        f"against {judged.found} {judged.found_score:.4f} ({run.objective}, {run.direction}); the best "
+        f"found is still {take.removeprefix('crucible ')}"
     ]
 
 
 def ratios(report: RunReport) -> str:
-    """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out), the
-    oracles apart: they are the bound, not baselines to beat."""
-    run, best = report.run, report.best
-    found = best.score
+    """The found candidate's objective as a multiple of each baseline's (a baseline at 0 left out), on the
+    held-out tail where it has one, the oracles apart: they are the bound, not baselines to beat."""
+    run, judged = report.run, report.judgement()
+    assert judged is not None
 
-    def multiples(oracle: bool) -> str:
-        kept = [b for b in report.baselines if b.score and b.oracle == oracle]
-        scores = sorted(((b.score, b.name) for b in kept), reverse=True)
-        return ", ".join(f"{name} {found / score:.3f}x" for score, name in scores)
+    def multiples(found: Mapping[str, float]) -> str:
+        return ", ".join(f"{name} {ratio:.3f}x" for name, ratio in found.items())
 
-    line = (
-        f"{run.objective} ({run.direction}) of {found_name(report)} against each baseline: {multiples(False)}"
-    )
-    bound = multiples(True)
-    return f"{line}; against the oracle: {bound}" if bound else line
+    there = "" if judged.on == "the workload" else f" on {judged.on}"
+    line = f"{run.objective} ({run.direction}) of found {judged.found}{there} against each baseline: "
+    line += multiples(judged.ratios)
+    return f"{line}; against the oracle: {multiples(judged.bounds)}" if judged.bounds else line
 
 
 def holdout_table(holdout: HoldoutReport, metric: str) -> Table:

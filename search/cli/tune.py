@@ -158,9 +158,9 @@ def show(report: TuneReport, console: Console) -> None:
     for metric, delta in report.gain.items():
         before = (report.configured.eval or {}).get(metric)
         relative = f" ({delta / abs(before):+.1%})" if before else ""
-        console.print(
-            f"gain in {metric}: {delta:+.4f}{relative} over the policy as configured", highlight=False
-        )
+        way = "higher" if report.goal(metric)["direction"] == "maximize" else "lower"
+        said = f"gain in {metric} ({way} is better): {delta:+.4f}{relative} over the policy as configured"
+        console.print(said, highlight=False)
     if not report.front:
         print("no trial gave a value; see `crucible runs show " + report.run_id + "`", file=sys.stderr)
 

@@ -322,6 +322,25 @@ class StudyReport(_Record):
 
 
 @dataclass(frozen=True)
+class Judgement(_Record):
+    """What a run found, judged on the evidence that counts: the held-out tail where the run held one out
+    and it was scored, else the workload it searched. `ratios` are the found policy's objective as a
+    multiple of each baseline's, `bounds` of each oracle's (the bound, not a baseline to beat)."""
+
+    on: str
+    """"the workload" or "the held-out tail"."""
+    found: str
+    found_score: float
+    rival: str | None
+    """The best baseline there (oracles aside); None where there is none to compare with."""
+    rival_score: float | None
+    better: bool
+    """Better than every baseline there, in the objective's direction."""
+    ratios: dict[str, float]
+    bounds: dict[str, float]
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything `runs show --json` prints: the run, its best candidate, baselines and statistics."""
 
@@ -349,7 +368,32 @@ class RunReport:
             "holdout": self.holdout.to_json() if self.holdout else None,
             "budget": self.budget.to_json() if self.budget else None,
             "study": self.study.to_json() if self.study else None,
+            "judgement": judged.to_json() if (judged := self.judgement()) else None,
         }
+
+    def judgement(self) -> Judgement | None:
+        """The found policy against the baselines on the held-out tail once it was scored there, else on the
+        run's workload; None before anything was found."""
+        best, run = self.best, self.run
+        if best is None or best.score is None:
+            return None
+        objective = Objective(run.objective, run.direction)
+        tail = self.holdout.found_tail() if self.holdout else None
+        if self.holdout is not None and tail is not None:
+            on, found = "the held-out tail", tail
+            scores = [(r.name, r.tail, r.oracle) for r in self.holdout.rows if r.kind != "found"]
+        else:
+            on, found = "the workload", best.score
+            scores = [(b.name, b.score, b.oracle) for b in self.baselines]
+        rivals = [(name, score) for name, score, oracle in scores if score is not None and not oracle]
+        pick = max if objective.direction == "maximize" else min
+        rival = pick(rivals, key=lambda r: r[1]) if rivals else None
+        better = rival is None or objective.better(found, rival[1])
+        ranked = sorted(((score, name, oracle) for name, score, oracle in scores if score), reverse=True)
+        ratio = {name: found / score for score, name, oracle in ranked if not oracle}
+        bound = {name: found / score for score, name, oracle in ranked if oracle}
+        rival_name, rival_score = rival if rival else (None, None)
+        return Judgement(on, best.label, found, rival_name, rival_score, better, ratio, bound)
 
     def baseline_metrics(self) -> dict[str, dict[str, float]]:
         """Baseline name -> its averaged metrics, for a table."""

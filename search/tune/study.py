@@ -80,6 +80,10 @@ class Goal:
             return cls(metric, "minimize")
         raise UserError(f"objective {metric!r}: say which way is better, {metric}:max or {metric}:min")
 
+    def gain(self, before: float, after: float) -> float:
+        """How much better `after` is than `before` in this goal's direction (negative: worse)."""
+        return after - before if self.direction == "maximize" else before - after
+
 
 @dataclass(frozen=True)
 class TuneSpec:
@@ -135,10 +139,15 @@ class TuneReport:
     front: list[Point]
     """The best trial, or the Pareto front (best first by the first objective) with several objectives."""
     gain: dict[str, float]
-    """The first point's eval figure minus the configured policy's, per objective."""
+    """How much better the first point's eval figure is than the configured policy's, per objective: its
+    increase for a metric to maximize, its decrease for one to minimize (negative: worse)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def goal(self, metric: str) -> dict[str, str]:
+        """The goal of a metric: its name and direction."""
+        return next(g for g in self.goals if g["metric"] == metric)
 
 
 def knobs(target: Target, program: Program) -> tuple[Knob, ...]:
@@ -172,7 +181,23 @@ class Study:
         self.sandbox = sandbox
         self.service = service
         self.knobs = knobs(target, program)
+        self._check_goals()  # before the study exists: a metric the target has not leaves nothing stored
         self.optuna = _open_study(spec, len(self.knobs))
+
+    def _check_goals(self) -> None:
+        """One job of the policy as configured, on the first train instance: UserError (one line) when it
+        cannot run, or when a goal names a metric the target does not report."""
+        result = self._job(self.configured_values(), "train", first=True)
+        if result.status != "ok":
+            raise UserError(
+                f"{self.spec.policy} does not run as configured: {result.status}: {result.message}"
+            )
+        reported = result.instances[0].metrics
+        for goal in self.spec.goals:
+            if goal.metric not in reported:
+                known = ", ".join(sorted(reported))
+                name = self.target.name
+                raise UserError(f"--objective {goal.metric}: {name} reports no such metric; it has {known}")
 
     def configured_values(self) -> dict[str, float]:
         """The policy's own PARAMS defaults and the options as given: the point tuning must beat."""
@@ -256,12 +281,13 @@ class Study:
             self.optuna.set_user_attr(attr, known)
         return known
 
-    def _job(self, values: Mapping[str, float], role: str) -> Result:
-        """One sandbox job of the policy at `values` on the instances of `role`."""
+    def _job(self, values: Mapping[str, float], role: str, first: bool = False) -> Result:
+        """One sandbox job of the policy at `values` on the instances of `role` (the first one alone)."""
         params = {k: float(v) for k, v in values.items() if k in self.program.param_names()}
         chosen = {k: v for k, v in values.items() if k not in params}
         options = {**self.spec.options, **_typed(self.target, chosen)}
         found = [i for i in instances(self.target, self.spec.workload, options) if i.role == role]
+        found = found[:1] if first else found
         limits = Limits(**self.spec.limits)
         each = job(self.target.name, self.spec.source, found, params=params, limits=limits)
         (result,) = run(self.sandbox, [each])
@@ -282,7 +308,7 @@ def tune(
     configured_point = Point(-1, configured, {}, _eval_means(baseline, goals))
     gain = {}
     if points and points[0].eval is not None and configured_point.eval is not None:
-        gain = {g.metric: points[0].eval[g.metric] - configured_point.eval[g.metric] for g in goals}
+        gain = {g.metric: g.gain(configured_point.eval[g.metric], points[0].eval[g.metric]) for g in goals}
     done = study.done()
     return TuneReport(
         study=study.spec.study_name(),

@@ -85,7 +85,7 @@ def test_a_target_without_a_workload_uses_its_shipped_one(tmp_path: Path) -> Non
             "champions[0].thresholds.fail",
             "outside [0, 1]",
         ),
-        ("capacity = 300", "capacity = 0", "options.kv.capacity", "must be a whole number of at least 1"),
+        ("capacity = 300", "capacity = 0", "options.kv.capacity", "must lie in [1, 1e+12], got 0"),
         ('name = "chat"', 'name = "chat"\nheld = true', "workloads[0].held", "unknown key"),
         ('path = "gen:chat:1"', 'path = "traces/none.jsonl"', "workloads[0].path", "no such file"),
         (

@@ -14,11 +14,11 @@ import targets
 from sandbox.job import Job, Result
 from search.cli.main import main
 from search.errors import UserError
-from search.loop.holdout import TAIL_RETUNED, Split
 from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.store.readmodel import ReadModel
 from search.store.store import Store, open_engine
+from search.terms import TAIL_RETUNED, Split
 from verifiers.static import check, render
 
 BATCHING = {"requests": "0:120"}
@@ -200,3 +200,26 @@ def test_a_kv_search_scores_its_tail_warm_and_measures_the_gap_on_the_tail_itsel
 def test_a_split_stored_before_warm_tails_reads_back_cold() -> None:
     """A run recorded before tails were scored warm resumes as it began: its tail stays cold."""
     assert Split.from_json({"share": 0.25, "head": "0:30", "tail": "30:40"}).warm is False
+
+
+def test_the_verdict_follows_the_held_out_tail_where_it_reverses_the_head(
+    held_out: tuple[RunService, str, Recording],
+) -> None:
+    from dataclasses import replace
+
+    from search.cli.report import verdict
+
+    runs, run_id, _ = held_out
+    report = ReadModel(runs.store).report(run_id)
+    assert report.holdout is not None and report.best is not None
+    rows = report.holdout.rows
+    rival = next(r for r in rows if r.kind != "found" and not r.oracle)
+    found = next(r for r in rows if r.kind == "found")
+    # the found policy wins on the head (its best score) and loses on the tail, to one baseline
+    losing = [replace(r, tail=rival.tail * 2 if r is rival else r.tail) for r in rows]  # type: ignore[operator]
+    reversed_ = replace(report, holdout=replace(report.holdout, rows=losing))
+    judged = reversed_.judgement()
+    assert judged is not None and judged.on == "the held-out tail" and not judged.better
+    assert judged.ratios[rival.name] == pytest.approx(found.tail / (rival.tail * 2))  # type: ignore[operator]
+    (line,) = verdict(reversed_, "sqlite:///crucible.db")
+    assert line.startswith(f"found nothing better than the best baseline on the held-out tail: {rival.name}")

@@ -12,11 +12,12 @@ from in_process import InProcess
 import targets
 from search.cli.main import main
 from search.errors import UserError
-from search.loop.selection import UNSEEN, WHOLE, run_instances
+from search.loop.selection import run_instances
 from search.proposers.evolve.proposer import EvolveProposer
 from search.service.runs import RunService, prepare
 from search.settings import RunConfig
 from search.store.store import Store, open_engine
+from search.terms import UNSEEN, WHOLE
 from targets.kv.target import shipped_workload_path
 
 KV = targets.load("kv")

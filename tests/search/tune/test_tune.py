@@ -71,15 +71,16 @@ def test_a_trial_another_process_told_first_is_not_counted_here_and_the_run_goes
     spec = TuneSpec("batching", "sarathi", source, workload, options, (goal,), trials=3, storage=storage)
 
     class RacedOnce:
-        """The sandbox, while another process pops the same enqueued first trial and tells it first."""
+        """The sandbox, while another process pops the same enqueued first trial and tells it first (the job
+        before it, the study's check of its goals, runs before the study exists)."""
 
         def __init__(self) -> None:
-            self.raced = False
+            self.jobs = 0
 
         def run(self, job: Job) -> Result:
             result = InProcess().run(job)
-            if not self.raced:
-                self.raced = True
+            self.jobs += 1
+            if self.jobs == 2:
                 other = optuna.load_study(study_name=spec.study_name(), storage=storage)
                 (running,) = other.get_trials(states=(optuna.trial.TrialState.RUNNING,))
                 other.tell(running.number, [0.5])
