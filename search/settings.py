@@ -82,6 +82,15 @@ SETTINGS: tuple[Option, ...] = (
         choices=SELECT_CHOICES,
     ),
     setting("sandbox", "str", "auto", "where candidate code runs", choices=BACKENDS, resumable=True),
+    setting(
+        "for_engine",
+        "str",
+        None,
+        "search only the features this engine exposes (`crucible targets show TARGET` lists the target's "
+        "engines), so whatever is found exports into it: `crucible export best.py --to ENGINE`",
+        flag_name="--for",
+        metavar="ENGINE",
+    ),
 )
 """The settings of a run a user gives, but which proposer writes its candidates: that one is the proposer
 registry's (search/proposers: its choices are the installed proposers). Their defaults are the only
@@ -131,6 +140,8 @@ class RunConfig:
     """What candidates are ranked on (loop/selection.py): the whole window, or what tuning never saw."""
     sandbox: str = default("sandbox")
     """Where the run's jobs run unless the process that executes it is told otherwise."""
+    for_engine: str | None = default("for_engine")
+    """The engine whose exposed features alone candidates may read (`--for`): what is found exports there."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -37,6 +38,10 @@ class Feature:
         return f"{self.unit}, clock" if self.clock else self.unit
 
 
+_NAMES = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A name in a relation's text."""
+
+
 @dataclass(frozen=True)
 class FeatureRegistry:
     """The ordered features of one decision-function argument; the order fixes the column layout."""
@@ -62,6 +67,14 @@ class FeatureRegistry:
 
     def columns(self) -> dict[str, int]:
         return {f.name: i for i, f in enumerate(self.features)}
+
+    def only(self, names: Collection[str]) -> FeatureRegistry:
+        """The registry narrowed to the named features, with the relations among them alone (what an engine
+        exposes of it, say)."""
+        kept = tuple(f for f in self.features if f.name in names)
+        inside = {f.name for f in kept}
+        relations = tuple(r for r in self.relations if set(_NAMES.findall(r)) <= inside)
+        return FeatureRegistry(kept, relations)
 
     def __getitem__(self, name: str) -> Feature:
         for f in self.features:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from string import Template
 
 from verifiers.compiler import PLAIN_PRELUDE, plain_source
-from verifiers.program import Program
+from verifiers.program import Program, Signature
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -41,6 +41,12 @@ class Export:
     """How a user loads the written module, one line, with $name for the module's name."""
     entry_point: tuple[str, str] | None = None
     """(group, function) through which the engine's plugin loader imports the module, if it has one."""
+
+    def narrowed(self, signature: Signature) -> Signature:
+        """The decision function as a search for this engine writes it: over the features it exposes only."""
+        if signature.name != self.signature:
+            return signature
+        return replace(signature, features=tuple(f for f in signature.features if f in self.features))
 
     def lacking(self, program: Program) -> tuple[str, ...]:
         """The features the program reads that the engine does not expose, in the order they appear."""

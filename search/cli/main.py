@@ -75,7 +75,9 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=help_text, add_help=False)
     commands = importlib.import_module(TARGET_COMMANDS)
-    for name in commands.targets_with_commands(only=None if chosen is None else {chosen}):
+    unknown = bool(chosen) and chosen not in COMMANDS and not commands.is_target(chosen)
+    # a word that names nothing gets argparse's list of every command, the targets' own groups with them
+    for name in commands.targets_with_commands(only=None if chosen is None or unknown else {chosen}):
         commands.add_parser(sub, name)
     return parser
 

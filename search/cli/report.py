@@ -68,14 +68,17 @@ def verdict(report: RunReport, db: str) -> list[str]:
         return []
     take = f"crucible runs best {run.run_id}{'' if db == DEFAULT_STORE else f' --db {db}'} --output best.py"
     there = "" if judged.on == "the workload" else f" on {judged.on}"
+    engine = run.config.get("for_engine")
+    into = [f"then into {engine}: crucible export best.py --to {engine}"] if engine else []
     if judged.rival is None:
-        return [f"best heuristic: {take}"]
+        return [f"best heuristic: {take}", *into]
     if judged.better:
-        return [f"best heuristic ({judged.found}, better than every baseline{there}): {take}"]
+        return [f"best heuristic ({judged.found}, better than every baseline{there}): {take}", *into]
     return [
         f"found nothing better than the best baseline{there}: {judged.rival} {judged.rival_score:.4f} "
         f"against {judged.found} {judged.found_score:.4f} ({run.objective}, {run.direction}); the best "
-        f"found is still {take.removeprefix('crucible ')}"
+        f"found is still {take.removeprefix('crucible ')}",
+        *into,
     ]
 
 

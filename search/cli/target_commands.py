@@ -20,6 +20,13 @@ def targets_with_commands(only: Iterable[str] | None = None) -> list[str]:
     return [name for name in names if targets.load(name).commands()]
 
 
+def is_target(word: str | None) -> bool:
+    """Whether the word names an installed target (whose own commands it may then be)."""
+    import targets
+
+    return word in targets.names()
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -35,9 +35,9 @@ from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Propos
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
 from search.terms import BASELINE
-from targets.base import Objective, Target
+from targets.base import FeatureRegistry, Objective, Target
 from verifiers.fingerprint import fingerprint
-from verifiers.program import Program
+from verifiers.program import Program, Signature
 from verifiers.properties import Domain, Outcome
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check
@@ -57,18 +57,37 @@ class Reporter:
     def note(self, message: str) -> None: ...
 
 
-def brief(target: Target, objective: Objective | None = None) -> TargetBrief:
+def brief(
+    target: Target, objective: Objective | None = None, signatures: tuple[Signature, ...] | None = None
+) -> TargetBrief:
     """What a proposer may know of the target, with what the run optimizes (the target's own objective
-    unless an option chose another)."""
+    unless an option chose another) and the decision functions it writes (the target's own unless a run
+    narrowed them to what an engine exposes)."""
     chosen = objective or target.objective
+    written = signatures or target.signatures
     return TargetBrief(
         name=target.name,
         description=target.description,
-        signatures=target.signatures,
-        registries={s.name: target.registry(s.name) for s in target.signatures},
+        signatures=written,
+        registries={s.name: _registry(target, s) for s in written},
         objective=chosen.metric,
         direction=chosen.direction,
     )
+
+
+def _registry(target: Target, signature: Signature) -> FeatureRegistry:
+    """The features a decision function reads: the target's registry, narrowed where the function is."""
+    registry = target.registry(signature.name)
+    return registry if set(registry.names) <= set(signature.features) else registry.only(signature.features)
+
+
+def searched(target: Target, engine: str | None) -> tuple[Signature, ...]:
+    """The decision functions a run writes: the target's, over the features `engine` exposes where the run
+    is for one (`--for`), so that whatever it finds exports there."""
+    if engine is None:
+        return target.signatures
+    export = target.exports()[engine]
+    return tuple(export.narrowed(s) for s in target.signatures)
 
 
 def domains(target: Target) -> dict[str, Domain]:
@@ -110,6 +129,7 @@ class Search:
         self.maximize = self.objective.direction == "maximize"
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
+        self.signatures = searched(self.target, self.config.for_engine)
         self.verifier = Verifier()
         self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
         self.history: list[CandidateRecord] = []
@@ -327,7 +347,7 @@ class Search:
             if self._cap_reached():
                 return None
             request = ProposalRequest(
-                target=brief(self.target, self.objective),
+                target=brief(self.target, self.objective, self.signatures),
                 parent=parent,
                 inspirations=inspirations,
                 failures=failures,
@@ -395,6 +415,14 @@ class Search:
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return f"verification: {failed[0].property}: {failed[0].message}{more}", outcomes
 
+    def _writable(self, source: str) -> bool:
+        """Whether the run could have written this program (it reads only the features searched)."""
+        try:
+            self._program(source)
+        except StaticError:
+            return False
+        return True
+
     def _cap_reached(self) -> str:
         """Why the run must stop for its token or cost cap, or an empty string while under both."""
         cap_cost, cap_tokens = self.config.max_cost_usd, self.config.max_tokens
@@ -408,7 +436,7 @@ class Search:
         return ""
 
     def _program(self, source: str) -> Program:
-        return check(source, self.target.signatures)
+        return check(source, self.signatures)
 
     def _job(self, row: CandidateRecord, tune: bool = True) -> Job:
         tuned = None
@@ -471,6 +499,8 @@ class Search:
     def _admit(self, row: CandidateRecord) -> None:
         if row.status != "evaluated" or row.score is None or row.id is None:
             return
+        if row.proposer == BASELINE and not self._writable(row.source):
+            return  # an anchor of the report, not a parent: its children could not be what the run finds
         score = row.score if self.maximize else -row.score
         evals = [e.metrics for e in self.journal.evaluations(row.id) if e.role == "eval"]
         metrics, params = mean_metrics(evals), json.loads(row.params)

@@ -40,8 +40,13 @@ def run_instances(target: Target, workload: str, options: Mapping[str, Any], sel
         cuts = {_bounds(i.config.get(WINDOW.name), n)[1] for i in train}
         if len(cuts) != 1:
             raise UserError(f"--select unseen: target {target.name} has no single train window to follow")
-        hi = _bounds(options.get(WINDOW.name), n)[1]
+        lo, hi = _bounds(options.get(WINDOW.name), n)
         (cut,) = cuts
+        if cut >= hi:
+            raise UserError(
+                f"--select unseen: nothing is left to rank on after the train share of the run's {hi - lo} "
+                f"requests (window {lo}:{hi}); give the run more requests, or --select window"
+            )
         warm = {WARM.name: True} if WARM in target.options else {}
         after = target.instances(workload, {**options, WINDOW.name: f"{cut}:{hi}", **warm})
         return [*train, *(i for i in after if i.role == "eval")]

@@ -225,6 +225,10 @@ def prepare(target: str, workload: str | None, options: Mapping[str, Any], **giv
         run = checked(SETTINGS, run)
     except OptionError as exc:
         raise UserError(str(exc)) from None
+    engine = run["for_engine"]
+    if engine is not None and engine not in found.exports():
+        engines = ", ".join(found.exports()) or "no engine"
+        raise UserError(f"--for {engine}: target {target} exports to {engines}")
     kind = proposer_kind(run["proposer"])
     stray = [name for name in given if name not in {s.name for s in kind.settings}]
     if stray:
@@ -253,7 +257,13 @@ def prepare(target: str, workload: str | None, options: Mapping[str, Any], **giv
     )
     if config.schedule not in SCHEDULES:
         raise UserError(f"unknown schedule {config.schedule!r}; choose {' or '.join(SCHEDULES)}")
-    run_instances(found, workload, values, config.select)  # a bad trace or size fails here, nothing stored
+    try:  # a bad trace or size fails here, nothing stored
+        run_instances(found, workload, values, config.select)
+    except UserError as exc:
+        if cut is None:
+            raise
+        given = f"of requests {options[WINDOW_OPTION]} " if options.get(WINDOW_OPTION) else ""
+        raise UserError(f"--holdout {share:g} {given}leaves the head {cut.head}: {exc}") from None
     return config
 
 

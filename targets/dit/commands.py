@@ -119,10 +119,21 @@ def plan(values: Mapping[str, Any]) -> CommandResult:
     costs = ranked(request, gpus, gpu_pricing(cluster))
     if not costs:
         m = request.model
+        pricing = gpu_pricing(cluster)
+        fitting = [
+            n for n in range(1, cluster.gpus + 1) if n != count and ranked(request, tuple(range(n)), pricing)
+        ]
+        hint = (
+            f"GPU counts with a valid plan: {', '.join(map(str, fitting))}"
+            if fitting
+            else (
+                f"no GPU count of {values['topology']} has one (a smaller resolution or fewer frames may fit)"
+            )
+        )
         raise OptionError(
             f"no valid plan of {m.name} on {count} GPUs: the degrees must multiply to {count}, Ulysses and "
             f"tensor degrees divide its {m.heads} heads, each patch's {request.sequence} tokens split evenly "
-            "and the memory fit; try a GPU count such as 1, 2, 4 or 8"
+            f"and the memory fit; {hint}"
         )
     rows = [_row(i + 1, c, cluster.span(gpus)) for i, c in enumerate(costs)]
     explain = bool(values.get("explain"))

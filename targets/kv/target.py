@@ -385,11 +385,13 @@ def load_workload(workload: str) -> Trace:
     """A workload is a Mooncake JSONL path or `gen:<kind>:<seed>` for a seeded generator."""
     if workload.startswith("gen:"):
         parts = workload.split(":")
-        if len(parts) != 3 or parts[1] not in GENERATORS or not parts[2].isdigit():
-            kinds = ", ".join(GENERATORS)
-            raise WorkloadError(
-                f"generated workloads are gen:<kind>:<seed> with kind one of {kinds}; got {workload!r}"
-            )
+        kinds = ", ".join(GENERATORS)
+        if len(parts) != 3:
+            raise WorkloadError(f"generated workloads are gen:<kind>:<seed> (kind {kinds}); got {workload!r}")
+        if parts[1] not in GENERATORS:
+            raise WorkloadError(f"{workload}: no generator {parts[1]!r}; the kinds are {kinds}")
+        if not parts[2].isdigit():
+            raise WorkloadError(f"{workload}: the seed must be a whole number from 0, got {parts[2]!r}")
         return _generated(parts[1], int(parts[2]))
     return parsed(workload, load_mooncake)
 
