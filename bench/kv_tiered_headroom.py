@@ -11,8 +11,9 @@ oracle no candidate can be, "returns" (in every tier, evict first the blocks the
 otherwise the least recently used; keep below only the blocks it uses again), blurred by noise as
 bench/kv_headroom.py blurs it for one tier, each blur with the AUC at which it ranks "used again" over the
 tail's block accesses; the same blurs added to LFU-DA (a forecast spent on top of the best baseline); and the
-AUC of what a cache sees for the same label, which the policy table also adds to LFU-DA. `--quick` (and a
-checkout without the data) uses the shipped head's last third at a tenth of the sizes and a smaller grid.
+AUC of what a cache sees for the same label, which the policy table also adds to LFU-DA. A checkout without
+the data uses the shipped head's last third at a tenth of the sizes and a smaller grid; `--quick` (seconds:
+the tests run it) one size, one clock and one blur of those.
 """
 
 from __future__ import annotations
@@ -101,13 +102,16 @@ def source(doc: str, priority: str, keep: str, below: str) -> str:
 
 def main() -> None:
     _, session = _bench.start(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    quick = session.quick or not TRAIN.is_file()
-    workload = str(shipped_workload_path() if quick else TRAIN.resolve())
+    quick, headless = session.quick, session.quick or not TRAIN.is_file()
+    workload = str(shipped_workload_path() if headless else TRAIN.resolve())
     target = TieredKVTarget()
     n = target.requests(workload)
     tail = f"{n - round(n * 0.33)}:{n}"
-    sizes = [(100, 800), (400, 3200)] if quick else [(1000, 8000), (4000, 32000)]
-    grid = [30.0, 300.0, 3000.0] if quick else [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 1.0e4, 1.0e5]
+    sizes = [(100, 800), (400, 3200)] if headless else [(1000, 8000), (4000, 32000)]
+    grid = [30.0, 300.0, 3000.0] if headless else [10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 1.0e4, 1.0e5]
+    sizes, grid = (sizes[:1], [300.0]) if quick else (sizes, grid)
+    blurs = BLUR_WEIGHTS[:1] if quick else BLUR_WEIGHTS  # each weight is a key compiled anew
+    forecasts = FORECAST_WEIGHTS[:1] if quick else FORECAST_WEIGHTS
     print(
         f"tail {tail} of {Path(workload).name}, replayed warm; prefill ms saved, constants chosen on the tail"
     )
@@ -117,7 +121,7 @@ def main() -> None:
     trace = load_workload(workload)
     start, stop = (int(x) for x in tail.split(":"))
     accesses = reused(trace, start, stop)
-    aucs = {w: blurred_auc(trace, accesses, w) for w in BLUR_WEIGHTS}
+    aucs = {w: blurred_auc(trace, accesses, w) for w in blurs}
     for gpu, host in sizes:
         config = {"capacity": gpu, "host_capacity": host, "requests": tail, "warm": True}
         (instance,) = [i for i in target.instances(workload, config) if i.role == "eval"]
@@ -146,7 +150,7 @@ def main() -> None:
         for w, score in aucs.items():
             saved, k = max(
                 (_oracle_saved(instance, WITH_LFU_DA.format(c=c, k=k, w=w, h=NOISE_HASH)), k)
-                for k in FORECAST_WEIGHTS
+                for k in forecasts
             )
             print(f"    w {w:<4} AUC {score:.3f}  {saved:>10,.0f} ms  {saved / reference:.3f}x  at k {k:g}")
             added.append({"gpu": gpu, "host": host, "noise weight": w, "AUC": score, "k": k,

@@ -144,8 +144,8 @@ def _push(H, pn, s, b, S, blocks, member, children):
     return heap_push(H, pn, s, S[b, SEQ])
 
 
-@njit(cache=True, inline="always")
-def _relist(b, now, r, ctx):
+@njit(cache=True)  # not inlined: its many call sites each inlining it (and what it inlines) doubled the
+def _relist(b, now, r, ctx):  # kernel's compile time, for a few per cent of its speed
     """Put block b in the evictable set of the tier below that holds it, or in none. A block in GPU memory is
     evictable in neither; a host block while no child has a copy in host memory (a child on disk keeps it
     cached there); a disk block while it has no child cached anywhere. A key that keeps its heap across
