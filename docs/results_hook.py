@@ -6,7 +6,11 @@ rows) or a mapping; several paths joined by commas make one table (a mapping is 
 `{{ result kv_search best,baselines }}`. A row's nested mappings (a candidate's `metrics`) become columns of
 their own; `columns=a,b,c` keeps some columns, in that order; `sort=-a` orders the rows by a column
 (descending with the minus). A missing file, a PATH that names nothing or a quick
-bench's figures fail the build.
+bench's figures fail the build. The found candidate's row is named `found #N`.
+
+`{{ chart NAME PATH metric=M }}` draws the same rows as a bar chart (docs/charts.py): the found policy,
+each baseline and the oracle bound on one axis. Several files (`{{ chart A,B holdout.rows metric=tail }}`,
+held-out seeds) are drawn side by side, a series each, named by their command's `--seed`.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import re
 import shlex
 from typing import Any
 
+from charts import grouped
 from mkdocs.exceptions import PluginError
 from record import RESULTS, read
 
 PLACEHOLDER = re.compile(r"^\{\{ result (?P<name>[\w.-]+)(?P<rest>[^}]*)\}\}$", re.MULTILINE)
+CHART = re.compile(r"^\{\{ chart (?P<names>[\w.,-]+)(?P<rest>[^}]*)\}\}$", re.MULTILINE)
 
 
 def number(value: Any) -> str:
@@ -46,8 +52,11 @@ def rows_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> 
 
 
 def flat(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with its nested mappings' scalars as columns of its own (lists left out)."""
+    """A row with its nested mappings' scalars as columns of its own (lists left out); the found candidate
+    (a row with a label and no name) named `found #N`."""
     out = {k: v for k, v in row.items() if not isinstance(v, list | dict)}
+    if "label" in out and not out.get("name"):
+        out["name"] = f"found {out['label']}"
     for value in row.values():
         if isinstance(value, dict):
             out |= {k: v for k, v in value.items() if not isinstance(v, list | dict) and k not in out}
@@ -125,6 +134,53 @@ def render(name: str, rest: str, page_path: str) -> str:
     return "\n\n".join([*parts, shown])
 
 
+def _recorded(name: str, page_path: str) -> dict[str, Any]:
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise PluginError(
+            f"{page_path}: no results file {path} (record it: docs/record.py or a bench's --record)"
+        )
+    record = read(path)
+    if "--quick" in shlex.split(record["command"]):
+        raise PluginError(f"{path}: recorded by a --quick run; a page shows full runs only")
+    return record
+
+
+def _kind(row: dict[str, Any]) -> str:
+    if row.get("oracle"):
+        return "oracle"
+    return "found" if row.get("kind") == "found" or ("label" in row and not row.get("name")) else "baseline"
+
+
+def chart(names: str, rest: str, page_path: str) -> str:
+    """The rows a `{{ result }}` line would show, as bars of one metric: one series per file."""
+    words = rest.split()
+    (path,) = [w for w in words if "=" not in w] or ["best,baselines"]
+    metric = next((w.split("=", 1)[1] for w in words if w.startswith("metric=")), "")
+    if not metric:
+        raise PluginError(f"{page_path}: a chart names its metric=")
+    series: dict[str, dict[str, tuple[str, float]]] = {}
+    for name in names.split(","):
+        record = _recorded(name, page_path)
+        seed = re.search(r"--seed (\d+)", record["command"])
+        key = f"seed {seed[1]}" if seed and "," in names else ""
+        chosen = [select(record["data"], p, name) for p in path.split(",")]
+        for row in (r for c in chosen for r in (c if isinstance(c, list) else [c])):
+            shown = flat(row)
+            value = shown.get(metric)
+            if isinstance(value, int | float):
+                series.setdefault(key, {})[str(shown.get("name", ""))] = (_kind(row), float(value))
+    policies: dict[str, tuple[str, dict[str, float]]] = {}
+    for key, rows in series.items():
+        for policy, (kind, value) in rows.items():
+            policies.setdefault(policy, (kind, {}))[1][key] = value
+    ordered = sorted(policies.items(), key=lambda kv: -max(kv[1][1].values()))
+    title = f"{metric}: found, baselines and the bound"
+    svg = grouped(title, metric, [(policy, kind, values) for policy, (kind, values) in ordered])
+    return f'<figure markdown="0">\n{svg}\n</figure>'
+
+
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    """Replace each placeholder line of the page with its figures."""
+    """Replace each placeholder line of the page with its figures, each chart line with its chart."""
+    markdown = CHART.sub(lambda m: chart(m["names"], m["rest"], page.file.src_uri), markdown)
     return PLACEHOLDER.sub(lambda m: render(m["name"], m["rest"], page.file.src_uri), markdown)

@@ -236,3 +236,16 @@ def test_a_front_end_reaching_for_the_store_is_caught() -> None:
     assert store_violations("def f(store):\n    store.finish_candidate(row, [])\n", "search.loop.search")
     assert not store_violations("from search.service import open_service\n", "ui.data")
     assert not store_violations("def f(store):\n    store.create_run('kv', {})\n", "search.service.runs")
+
+
+def test_the_architecture_page_states_the_rule_this_test_enforces() -> None:
+    """docs/concepts/architecture.md's table of which part may import which is ALLOWED, cell by cell."""
+    page = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
+    table = page.split("## Which part may import which", 1)[1].split("\n\n", 2)[2]
+    stated = {}
+    for line in table.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        if len(cells) == 2 and cells[0] in PACKAGES:
+            stated[cells[0]] = {w.strip("`,") for w in cells[1].split() if w.strip("`,") in PACKAGES}
+    assert stated == ALLOWED
+    assert all(f"`{reach}`" in page for reach in UI_REACHES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
     )
     e.add_argument("file", help="the heuristic file (a candidate module, e.g. from `crucible runs best`)")
     add_options(e)
+    parsing.add_json(e)
     e.set_defaults(handler=run)
 
 
@@ -79,14 +81,22 @@ def write(source: str, origin: str, stem: str, args: argparse.Namespace) -> None
     except ExportError as exc:
         raise UserError(str(exc)) from None
     output = getattr(args, "output", None)
+    said = {"target": target.name, "engine": args.engine, "module": name, "origin": origin}
     if not output:
-        sys.stdout.write(text)
+        if getattr(args, "json", False):
+            print(json.dumps({**said, "source": text}, indent=2))
+        else:
+            sys.stdout.write(text)
         return
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.py").write_text(text, encoding="utf-8")
     (folder / "pyproject.toml").write_text(export.pyproject(name), encoding="utf-8")
     load = export.load.replace("$name", name).replace("DIR", str(folder))
+    written = [str(folder / f"{name}.py"), str(folder / "pyproject.toml")]
+    if getattr(args, "json", False):
+        print(json.dumps({**said, "written": written, "load": load}, indent=2))
+        return
     note = f"wrote {folder / (name + '.py')} ({target.name} program for {args.engine}); load: {load}"
     parsing.note(note)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -26,6 +27,7 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
     u.add_argument("--db", default=DEFAULT_STORE, help=f"store URL (default {DEFAULT_STORE})")
     u.add_argument("--port", type=int, default=8501, help="port to serve on (default %(default)s)")
     u.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    u.add_argument("--json", action="store_true", help="say where it serves as one JSON line on stdout")
 
 
 def app_path() -> Path:
@@ -91,6 +93,9 @@ def ui(args: argparse.Namespace) -> None:
         raise UserError("the web UI needs Streamlit: pip install -e '.[ui]'")
     check_address(args.host, args.port)
     command = streamlit_command(args.port, args.host)
-    print(f"crucible ui: http://{args.host}:{args.port} on {redacted(args.db)}", file=sys.stderr, flush=True)
+    address = f"http://{args.host}:{args.port}"
+    if args.json:
+        print(json.dumps({"url": address, "store": redacted(args.db)}), flush=True)
+    print(f"crucible ui: {address} on {redacted(args.db)}", file=sys.stderr, flush=True)
     # This process becomes the server, so Ctrl-C and a supervisor's SIGTERM reach Streamlit itself.
     os.execve(sys.executable, command, {**os.environ, STORE_ENV: args.db})

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
+
+pytest.importorskip("streamlit", reason="needs the ui extra (streamlit)")
+import pandas as pd
 from seeded_store import KEY_ENV, SEARCH, Seeded
 from streamlit.testing.v1 import AppTest
 

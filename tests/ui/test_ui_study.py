@@ -4,6 +4,8 @@ in colour, and lists the front (scored on eval) and the policy as configured."""
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("streamlit", reason="needs the ui extra (streamlit)")
 from streamlit.testing.v1 import AppTest
 
 from search import cli
