@@ -8,9 +8,9 @@ a search runs with `--budget` at most BUDGET (one that states no budget gets BUD
 an example names (`trace.jsonl`, `azure.csv`...) is laid out as REQUESTS requests of its target's shipped
 trace, and optional parts (`[--json]`) are left out. The process variant runs every command where no Docker
 engine answers, as in a new user's first hour; the docker variant (marker docker) runs those whose outcome
-depends on the backend where the engine and the image are up. The documentation's getting-started page and
-guides (DOC_PAGES) are run the same way, each page in a fresh folder of its own; a block with a language
-(```sh) is shown, not run, as those pages say.
+depends on the backend where the engine and the image are up. The documentation's getting-started page,
+guides, target pages and concepts (DOC_PAGES) are run the same way, each page in a fresh folder of its own; a
+block with a language (```sh) is shown, not run, as those pages say.
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ from sandbox.docker import DockerSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-DOC_PAGES = [ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
+DOC_PAGES = [
+    ROOT / "docs" / "getting-started.md",
+    *(
+        page
+        for folder in ("guides", "targets", "concepts")
+        for page in sorted((ROOT / "docs" / folder).glob("*.md"))
+    ),
+]
 CRUCIBLE = Path(sys.executable).with_name("crucible")
 BUDGET = int(os.environ.get("CRUCIBLE_README_BUDGET", "2"))
 """The most candidates a README search runs here (the README's figures state their own command)."""
@@ -171,9 +178,10 @@ class Session:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(header + body[n * REQUESTS : (n + 1) * REQUESTS]))
 
-    def new_run(self) -> None:
-        """Note the run a search just made (the newest in `crucible runs list --json`)."""
-        listed = json.loads(self.run(["crucible", "runs", "list", "--json"]).stdout)
+    def new_run(self, words: list[str]) -> None:
+        """Note the run a search just made (the newest in `crucible runs list --json` of its store)."""
+        store = ["--db", words[words.index("--db") + 1]] if "--db" in words else []
+        listed = json.loads(self.run(["crucible", "runs", "list", "--json", *store]).stdout)
         rows = listed if isinstance(listed, list) else listed.get("runs", [])
         ids = [str(r.get("run_id", r.get("id"))) for r in sorted(rows, key=lambda r: str(r["created_at"]))]
         new = [i for i in ids if i not in self.runs]
@@ -251,7 +259,7 @@ def check(session: Session, example: Example) -> subprocess.CompletedProcess[str
         if line.startswith("sandbox: "):
             assert line.split()[1] == ("docker" if session.docker else "process"), said
     if words[1] == "search" and "--resume" not in words:
-        session.new_run()
+        session.new_run(words)
     return done
 
 
@@ -274,13 +282,36 @@ def doc_sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Session]
     return {}
 
 
+def shown_output(page: str, example: Example) -> str | None:
+    """What the page says the command printed: the ```text block that follows its own block, if any,
+    before any other command."""
+    lines = page.splitlines()
+    after = lines[example.line :]
+    fence = next((i for i, line in enumerate(after) if line.startswith("```")), None)
+    if fence is None:
+        return None
+    rest = after[fence + 1 :]
+    start = next((i for i, line in enumerate(rest) if line.startswith("```")), None)
+    if (
+        start is None
+        or rest[start].strip() != "```text"
+        or any(line.startswith("crucible ") for line in rest[:start])
+    ):
+        return None
+    end = next(i for i, line in enumerate(rest[start + 1 :], start + 1) if line.startswith("```"))
+    return "\n".join(rest[start + 1 : end])
+
+
 @pytest.mark.parametrize("example", _params(docker=False, examples=DOC_EXAMPLES))
 def test_the_docs_command_works_from_a_users_folder(
     doc_sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory, example: Example
 ) -> None:
     if example.source not in doc_sessions:
         doc_sessions[example.source] = _session(tmp_path_factory.mktemp("docs-process"), docker=False)
-    check(doc_sessions[example.source], example)
+    done = check(doc_sessions[example.source], example)
+    shown = shown_output((ROOT / example.source).read_text(), example)
+    if shown is not None:  # the page's figures are what the command prints, row by row
+        assert table(done.stdout) == table(shown), f"{example}: {done.stdout}"
 
 
 @pytest.mark.docker
@@ -314,6 +345,19 @@ def test_the_first_tables_baselines_are_what_the_main_job_prints(on_process: Ses
     for policy, cells in shown.items():
         if not policy.startswith("found"):
             assert printed.get(policy) == cells, f"{policy}: README {cells}, printed {printed.get(policy)}"
+
+
+def test_the_main_jobs_result_exports_into_the_engine_it_was_searched_for(tmp_path: Path) -> None:
+    """The README's first command, then its best, then `crucible export` as the README says: it runs."""
+    session = _session(tmp_path, docker=False)
+    check(session, MAIN_JOB)
+    engine = MAIN_JOB.words[MAIN_JOB.words.index("--for") + 1]
+    for words in (["crucible", "runs", "best", session.runs[-1], "--output", "best.py"],
+                  ["crucible", "export", "best.py", "--to", engine]):  # fmt: skip
+        done = session.run(words)
+        assert done.returncode == 0, f"{shlex.join(words)}\n{done.stderr}"
+    assert "register" in done.stdout, "a module the engine loads, on stdout"
+    assert f"`crucible export best.py --to {engine}`" in README.read_text()
 
 
 @pytest.mark.slow

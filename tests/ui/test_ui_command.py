@@ -54,3 +54,30 @@ def test_a_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err == (
         f"crucible: error: --port {port}: already in use on 127.0.0.1; choose another port\n"
     )
+
+
+def test_a_stores_password_is_never_said_at_start_nor_drawn_on_a_page(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("streamlit", reason="needs the ui extra (streamlit)")
+    url = "postgresql+psycopg://u:secretpw@127.0.0.1:5999/crucible"
+
+    def served(path: str, argv: list[str], env: dict[str, str]) -> None:
+        raise SystemExit(0)  # what the server would be started with is what matters here
+
+    monkeypatch.setattr("os.execve", served)
+    with pytest.raises(SystemExit):
+        cli.main(["ui", "--db", url, "--port", str(_free_port()), "--json"])
+    out, err = capsys.readouterr()
+    assert "secretpw" not in out + err and "u:***@127.0.0.1" in err and "u:***@" in out
+
+    from ui import data
+
+    monkeypatch.setenv(data.STORE_ENV, url)
+    assert data.shown_url() == "postgresql+psycopg://u:***@127.0.0.1:5999/crucible"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
