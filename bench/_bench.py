@@ -12,6 +12,7 @@ import importlib.util
 import io
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,18 +86,21 @@ def data_file(path: Path, quick: bool, fallback: Path | str) -> str:
 
 def crucible(session: Session, argv: Sequence[str]) -> None:
     """Run `crucible ARGV` in this process: its tables as usual, or with `--record` its `--json` data
-    printed and recorded (the same work either way); its exit status is kept."""
+    printed and recorded (the same work either way); its exit status is kept. What the command stores
+    goes to a store of its own that is dropped after: a bench never writes the user's."""
     from search.cli import main
 
-    if session.folder is None:
-        main(list(argv))
-        return
-    out, status = io.StringIO(), 0
-    with contextlib.redirect_stdout(out):
-        try:
-            main([*argv, "--json"])
-        except SystemExit as exc:  # a failed check still has figures worth keeping
-            status = exc.code if isinstance(exc.code, int) else 1
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [*argv, "--db", f"sqlite:///{Path(folder) / 'bench.db'}"]
+        if session.folder is None:
+            main(argv)
+            return
+        out, status = io.StringIO(), 0
+        with contextlib.redirect_stdout(out):
+            try:
+                main([*argv, "--json"])
+            except SystemExit as exc:  # a failed check still has figures worth keeping
+                status = exc.code if isinstance(exc.code, int) else 1
     data = json.loads(out.getvalue())
     print(json.dumps(data, indent=2))
     session.save(data)

@@ -206,14 +206,14 @@ def _replay(
     """Seconds per job of each batch of `side_by_side` jobs on each backend, batch by batch.
 
     With a gap the backends take turns batch by batch, so the load of a shared machine hits all alike;
-    back to back each runs all its batches in a row, since a turn of the others would warm its spares.
+    back to back each runs all its batches in a row, so each backend's warm parents stay its own.
     """
     batches = [jobs[first : first + side_by_side] for first in range(0, len(jobs), side_by_side)]
     per_job: dict[str, list[float]] = {name: [] for name in backends}
     with ThreadPoolExecutor(side_by_side) as pool:
         if gap:
             for box in backends.values():
-                box.run(jobs[0])  # the page cache, and for Docker the spares of this cadence
+                box.run(jobs[0])  # the page cache and each backend's warm parent
             for batch in batches:
                 for name, box in backends.items():
                     per_job[name].append(_batch(pool, box.run, batch, gap))

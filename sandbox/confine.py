@@ -1,11 +1,12 @@
-"""Confine this process (rlimits, then namespaces), then exec the given command.
+"""Confining a process: rlimits, then new namespaces (an empty network, a PID namespace of its own).
 
-The process backend starts the worker through this script instead of a `preexec_fn`, because running
-Python between fork and exec is unsafe in a parent with threads (the search runs jobs from a thread pool).
-Only the standard library is imported, so it runs under `python -I -S`.
+The zygote (zygote.py) confines each job's forked child with these before the job is read. Run as a script,
+it confines itself and execs a command: the process backend probes which namespaces this machine permits
+that way, with a trivial command. Only the standard library is imported, so the script runs under
+`python -I -S`.
 
-With a new PID namespace among the flags, the command runs as a forked child, pid 1 of that namespace,
-and this process waits and ends as it ended: when the command ends, the kernel kills everything it left
+With a new PID namespace among the flags, the job runs as a forked child, pid 1 of that namespace, and the
+process that made it waits and ends as it ended: when the job ends, the kernel kills everything it left
 behind, and nothing in it can signal a process outside (the search, by pid), whatever session it starts.
 
 Usage: python -I -S confine.py '<json spec>' COMMAND [ARG ...]
@@ -25,6 +26,16 @@ CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 
 
+def confine(rlimits: list[list[int]], flags: int) -> None:
+    """Apply the rlimits, then move into the new namespaces; with a PID namespace, return in its pid 1."""
+    for which, soft, hard in rlimits:
+        resource.setrlimit(which, (soft, hard))
+    if flags:
+        unshare(flags)
+    if flags & CLONE_NEWPID:
+        as_init()
+
+
 def unshare(flags: int) -> None:
     """Move this process into new namespaces (e.g. an empty network namespace); OSError if not permitted."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -33,12 +44,18 @@ def unshare(flags: int) -> None:
         raise OSError(errno, os.strerror(errno))
 
 
-def run_as_init(command: list[str]) -> None:
-    """Fork the command into the new PID namespace as its pid 1, wait, and end the way it ended."""
+def die_with_parent() -> None:
+    """Be killed when the process that forked this one ends (Linux: PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def as_init() -> None:
+    """Fork into the new PID namespace: the child returns, as its pid 1; this process waits and ends the way
+    the child ended."""
     child = os.fork()
     if child == 0:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # if this process is killed, so is it
-        os.execv(command[0], command)
+        die_with_parent()
+        return
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
@@ -51,12 +68,7 @@ def run_as_init(command: list[str]) -> None:
 
 def main(argv: list[str]) -> None:
     spec = json.loads(argv[1])
-    for which, soft, hard in spec["rlimits"]:
-        resource.setrlimit(which, (soft, hard))
-    if spec["unshare"]:
-        unshare(spec["unshare"])
-    if spec["unshare"] & CLONE_NEWPID:
-        run_as_init(argv[2:])
+    confine(spec["rlimits"], spec["unshare"])
     os.execv(argv[2], argv[2:])
 
 

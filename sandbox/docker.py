@@ -1,9 +1,14 @@
-"""The Docker backend: a fresh, locked-down container per job, all its trials and instances inside it.
+"""The Docker backend: locked-down containers, each a warm zygote (zygote.py) that forks a fresh child per
+job, all the job's trials and instances inside that child.
 
-The container has no network, a read-only root, a tmpfs scratch, runs as nobody with every capability
-dropped and no new privileges, under memory, CPU, process and file-size limits; the host kills it at the
-job's wall-clock limit or output cap and always removes it. The job goes in on stdin and the result comes
-back on stdout over one attach connection, read as it arrives, as the process backend reads its pipes.
+A container has no network, a read-only root, a tmpfs scratch, runs as nobody with every capability
+dropped and no new privileges, under memory, process and file-size limits; its zygote gives each job's
+child the job's CPU and file-size limits, kills it at the wall-clock limit or output cap, kills whatever it
+left behind, and ends itself if the job changed the scratch disk outside its own folder. A container serves
+the jobs of one worker slot that read the same files under the same limits, one after another, and is
+replaced when its zygote ends (a job broke it) and removed with the sandbox, or by the engine when the
+search goes away (its stdin closes, the zygote ends, the container is removed). Requests go in on stdin and
+results come back on stdout over one attach connection per container, read as they arrive.
 """
 
 from __future__ import annotations
@@ -11,16 +16,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import selectors
-import signal
 import socket
 import stat
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,14 +33,12 @@ import requests
 from docker.errors import DockerException, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 
-import targets
-
 from .base import SandboxUnavailable
 from .files import read_files, relocated
 from .image import BUILD_COMMAND, LABEL, has_image, image_name
 from .job import Job, Limits, Result
-from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
-from .process import THREAD_VARIABLES
+from .outcome import STDERR_TAIL, last_line, parse_result
+from .process import THREAD_VARIABLES, warming
 from .worker import one_line
 
 USER = "65534:65534"
@@ -59,8 +60,10 @@ POLL_S = 0.1
 FRAME_HEADER = 8
 """Docker multiplexes stdout and stderr on one connection: [stream, 0, 0, 0, size (4 bytes, big-endian)]."""
 STDOUT, STDERR = 1, 2
-MAX_SPARES = 4
-"""Warm containers kept at most for one kind of job, however many jobs run side by side."""
+MAX_IDLE = 8
+"""Containers kept waiting at most; more are removed as their jobs finish."""
+WARM_ALLOWANCE_S = 900.0
+"""How long a container's zygote may take to warm up before a job's own wall-clock limit starts."""
 
 
 def connect() -> docker.DockerClient:
@@ -73,35 +76,13 @@ def connect() -> docker.DockerClient:
     return client
 
 
-@dataclass(frozen=True)
-class _Started:
-    """A container created, attached and started: its worker is loading, or waiting for a job on stdin."""
-
-    id: str
-    key: tuple[Any, ...]
-    """The workload mounts and limits it was made with: a spare serves only a job with the same."""
-    attached: Any
-    """The SDK's wrapper of the attach connection; the connection lives as long as it does."""
-
-    @property
-    def conn(self) -> socket.socket:
-        return getattr(self.attached, "_sock", self.attached)
-
-
 @dataclass
 class DockerSandbox:
-    """One fresh container per job, never pulled: a missing image is an error that says how to build it.
-
-    With `prewarm`, once no job runs, containers for next jobs like the finished ones (same workload
-    files, same limits; as many as ran side by side) are started in the background: each worker imports,
-    loads the kernels and reads the traces by running a baseline on the same instances, then waits in
-    silence for its job on stdin. Each container still runs one candidate and is removed; its start is
-    moved off the next job's path, not saved.
-    """
+    """Warm containers, one per job in flight, never pulled: a missing image is an error that says how to
+    build it. Each container's zygote forks a fresh child per job; no candidate ever runs in the zygote."""
 
     image: str = field(default_factory=image_name)
     client: docker.DockerClient = field(default_factory=connect)
-    prewarm: bool = True
     name: ClassVar[str] = "docker"
     owner: str = field(init=False)
     _containers: _Containers = field(init=False, repr=False)
@@ -118,14 +99,14 @@ class DockerSandbox:
         weakref.finalize(self, self._containers.close)
 
     def close(self) -> None:
-        """Remove the spares and finished jobs' containers, and wait; the sandbox runs no job after this."""
+        """Remove the containers; the sandbox runs no job after this."""
         self._containers.close()
 
     def run(self, job: Job) -> Result:
-        """Run the worker on the job in a fresh container and classify how it ended; never raises."""
+        """Run the job in a child of a warm container's zygote and classify how it ended; never raises."""
         start = time.monotonic()
         try:
-            result = self._run(job, start + job.limits.wall_s)
+            result = self._run(job, start + job.limits.wall_s + WARM_ALLOWANCE_S)
         except (DockerException, requests.RequestException, OSError) as exc:
             result = Result("crashed", f"docker: {one_line(exc)}")
         return replace(result, backend=self.name, seconds=time.monotonic() - start)
@@ -139,103 +120,110 @@ class DockerSandbox:
                 f"{private[0]}: not readable by other users, and the docker sandbox runs jobs as nobody "
                 "(chmod o+r it)",
             )
-        containers = self._containers
         limits = job.limits
-        inside = (limits.memory_mb, limits.cpu_s, limits.processes, limits.file_size_mb)  # the wall is ours
+        inside = (limits.memory_mb, limits.processes, limits.file_size_mb)  # the CPU and wall are per job
         key = (tuple((m["Target"], m["Source"]) for m in mounts), inside)
-        started = containers.acquire(key, mounts, job.limits, deadline)
-        try:
-            try:
-                watch = _watch(started.conn, json.dumps(sent.to_json()).encode(), deadline, job.limits)
-            finally:  # hang up now: an engine still writing to us would hold up the kill and the removal
-                _hang_up(started)
+        request = json.dumps(_request(sent)).encode() + b"\n"
+        for fresh in (False, True):  # a kept container whose zygote has just ended gives way to a new one
+            started = self._containers.acquire(key, mounts, limits, fresh)
+            watch = _watch(started.conn, request, deadline)
             result = parse_result(watch.stdout)
-            if result is None:
-                api = self.client.api
-                if watch.killed_for:
-                    with contextlib.suppress(DockerException):
-                        api.kill(started.id)
-                code = int(api.wait(started.id, timeout=EXIT_WAIT_S)["StatusCode"])
-                oom = bool(api.inspect_container(started.id)["State"]["OOMKilled"])
-                result = _classify(watch, code, oom, job.limits)
-        finally:
-            containers.finished(started, (sent, mounts) if self.prewarm else None)
-        return replace(result, message=_host_paths(result.message, mounts))
+            if result is not None:
+                self._containers.release(started)
+                return replace(result, message=_host_paths(result.message, mounts))
+            self._containers.discard(started)
+            if watch.answered or started.served == 0:
+                break
+        if watch.killed_for == "wall":
+            return Result("timeout", f"the container did not answer within {WARM_ALLOWANCE_S:g} s of warm-up")
+        last = last_line(watch.stderr_tail)
+        said = f": {last}" if last else ""
+        return Result("crashed", f"the container's zygote ended without an answer{said}")
+
+
+def _request(job: Job) -> dict[str, Any]:
+    """What a container's zygote is asked to run: the job, the trusted job it warms up on, the child's
+    environment and limits; no namespaces (the container is them), and a sweep after the job."""
+    mb = 1024 * 1024
+    limits = job.limits
+    rlimits = [
+        [resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1],  # SIGXCPU first, SIGKILL a second later
+        [resource.RLIMIT_FSIZE, limits.file_size_mb * mb, limits.file_size_mb * mb],
+        [resource.RLIMIT_CORE, 0, 0],
+    ]
+    return {
+        "job": job.to_json(),
+        "warm": warming(job),
+        "env": _environment(),
+        "rlimits": rlimits,
+        "unshare": 0,
+        "sweep": True,
+    }
+
+
+@dataclass
+class _Started:
+    """A container created, attached and started: its zygote waits for requests on stdin."""
+
+    id: str
+    key: tuple[Any, ...]
+    """The workload mounts and limits it was made with: it serves only jobs with the same."""
+    attached: Any
+    """The SDK's wrapper of the attach connection; the connection lives as long as it does."""
+    served: int = 0
+    """Jobs it has answered."""
+
+    @property
+    def conn(self) -> socket.socket:
+        return getattr(self.attached, "_sock", self.attached)
 
 
 @dataclass
 class _Containers:
-    """Starts, keeps and removes one sandbox's containers; background work holds this, never the sandbox."""
+    """Starts, keeps and removes one sandbox's containers."""
 
     api: docker.APIClient
     image: str
     owner: str
-    spares: list[_Started] = field(default_factory=list)
-    starting: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    """Spares being started, by key: a job waits for one of those rather than start a container too."""
-    running: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    """Jobs in their containers now, by key."""
-    ended: list[str] = field(default_factory=list)
-    """Containers of finished jobs, removed once no job runs."""
-    next_jobs: dict[tuple[Any, ...], tuple[Job, list[Mount]]] = field(default_factory=dict)
-    """A finished job of each key, to warm spares for once no job runs."""
-    peak: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    """The most jobs of a key run side by side so far: how many spares to keep for it."""
-    changed: threading.Condition = field(default_factory=threading.Condition)
-    background: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(
-            max_workers=MAX_SPARES, thread_name_prefix="crucible-docker"
-        )
-    )
+    idle: list[_Started] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
 
-    def acquire(self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, deadline: float) -> _Started:
-        """A container for a job: a waiting spare, or one started now; counted as running until finished."""
-        with self.changed:
-            self.running[key] = self.running.get(key, 0) + 1
-            self.peak[key] = max(self.peak.get(key, 0), self.running[key])
-        try:
-            return self.take(key, deadline) or self.start(key, mounts, limits)
-        except BaseException:
-            with self.changed:
-                self.running[key] -= 1
-            raise
+    def acquire(self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, fresh: bool) -> _Started:
+        """A waiting container for this key whose zygote still waits, or one started now."""
+        found = None
+        if not fresh:
+            with self.lock:
+                for i, started in enumerate(self.idle):
+                    if started.key == key:
+                        found = self.idle.pop(i)
+                        break
+        if found is not None and _waiting(found.conn):
+            return found
+        if found is not None:
+            self.discard(found)
+        return self.start(key, mounts, limits)
 
-    def finished(self, started: _Started, spare_for: tuple[Job, list[Mount]] | None) -> None:
-        """The job is over. Once no job runs, spares for jobs like it start and its container goes.
+    def release(self, started: _Started) -> None:
+        """A job is done: keep the container for the next job like it, or remove it when enough wait."""
+        started.served += 1
+        with self.lock:
+            keep = not self.closed and len(self.idle) < MAX_IDLE
+            if keep:
+                self.idle.append(started)
+        if not keep:
+            self.discard(started)
 
-        Not before: the engine's work to start and remove containers takes CPU that running jobs miss
-        (a search's batch waits for its slowest job), and the search's own work between batches leaves
-        room for it.
-        """
-        with self.changed:
-            self.running[started.key] -= 1
-            self.ended.append(started.id)
-            if spare_for:
-                self.next_jobs[started.key] = spare_for
-            if any(self.running.values()):
-                return
-            ended, self.ended = self.ended, []
-            next_jobs, self.next_jobs = self.next_jobs, {}
-        for key, (sent, mounts) in next_jobs.items():
-            self.request_spare(key, sent, mounts)
-        for container in ended:
-            self.later(self.remove, container)
-
-    def start(
-        self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, warm: Job | None = None
-    ) -> _Started:
-        """Create, attach and start a container; with `warm`, its worker runs that job before reading one."""
-        command = ["python", "-m", "sandbox.worker"]
-        if warm is not None:
-            command += ["--warm", json.dumps(warm.to_json())]
+    def start(self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits) -> _Started:
+        """Create, attach and start a container whose zygote reads requests from the attach connection."""
         container = self.api.create_container(
             self.image,
-            command=command,
+            command=["python", "-m", "sandbox.zygote"],
             user=USER,
             working_dir=SCRATCH,
-            environment=_environment(),
+            environment={**_environment(), "CRUCIBLE_SCRATCH_ROOT": SCRATCH},
             labels={LABEL: self.image, OWNER_LABEL: self.owner},
-            stdin_open=True,  # and, not detached, closed once the job is sent (StdinOnce)
+            stdin_open=True,  # closed when our attach connection goes (StdinOnce): the zygote then ends
             use_config_proxy=False,  # the host's proxy settings stay out of the container's environment
             host_config=self.api.create_host_config(**_host_config(limits, mounts)),
         )["Id"]
@@ -248,85 +236,20 @@ class _Containers:
             raise
         return _Started(container, key, attached)
 
-    def request_spare(self, key: tuple[Any, ...], sent: Job, mounts: list[Mount]) -> None:
-        """Have containers for next jobs like `sent` started in the background, as many as are missing.
-
-        Enough is one per job of this key that ran side by side at the peak (the search's `workers`), so
-        a batch of jobs finds as many warm containers. A spare warms up by running the target's first
-        baseline on all the job's instances, so nothing the job touches is first loaded on its path (one
-        warmed on the first instance only measured +8 to +15 % of a typical job; README, The sandbox).
-        """
-        try:
-            baseline = next(iter(targets.load(sent.target).baselines().values()), None)
-        except (KeyError, ImportError):
-            return  # a job for no known target: the worker has said so; nothing to warm for
-        warm = Job(sent.target, baseline, sent.instances, limits=sent.limits) if baseline else None
-        with self.changed:
-            wanted = min(self.peak.get(key, 1), MAX_SPARES)
-            missing = wanted - sum(spare.key == key for spare in self.spares) - self.starting.get(key, 0)
-            self.starting[key] = self.starting.get(key, 0) + max(missing, 0)
-        for _ in range(missing):
-            self.later(self._start_spare, key, mounts, sent.limits, warm)
-
-    def _start_spare(
-        self, key: tuple[Any, ...], mounts: list[Mount], limits: Limits, warm: Job | None
-    ) -> None:
-        spare = None
-        try:
-            spare = self.start(key, mounts, limits, warm)
-        except (DockerException, requests.RequestException, OSError):
-            pass  # the next job starts its own container
-        finally:
-            with self.changed:
-                self.starting[key] -= 1
-                if spare is not None:
-                    self.spares.append(spare)
-                self.changed.notify_all()
-
-    def take(self, key: tuple[Any, ...], deadline: float) -> _Started | None:
-        """A spare for this key that still waits in silence (one being started is waited for)."""
-        with self.changed:
-            self.changed.wait_for(
-                lambda: not self.starting.get(key) or any(s.key == key for s in self.spares),
-                timeout=max(deadline - time.monotonic(), 0.0),
-            )
-            stale = [spare for spare in self.spares if spare.key != key]
-            fitting = [spare for spare in self.spares if spare.key == key]
-            self.spares[:] = fitting[1:]
-        for spare in stale:
-            self.discard(spare)
-        if fitting and _waiting(fitting[0].conn):
-            return fitting[0]
-        if fitting:
-            self.discard(fitting[0])
-        return None
-
     def discard(self, started: _Started) -> None:
         _hang_up(started)
-        self.later(self.remove, started.id)
+        self.remove(started.id)
 
     def remove(self, container: str) -> None:
         with contextlib.suppress(DockerException, requests.RequestException):
             self.api.remove_container(container, force=True)
 
-    def later(self, task: Callable[..., None], *args: Any) -> None:
-        """Run a task in the background, or now once closed."""
-        try:
-            self.background.submit(task, *args)
-        except RuntimeError:
-            task(*args)
-
     def close(self) -> None:
-        self.background.shutdown(wait=True)  # pending removals, and spares still being started
-        with self.changed:
-            left, ended = list(self.spares), list(self.ended)
-            self.spares.clear()
-            self.ended.clear()
-        for spare in left:
-            _hang_up(spare)
-            self.remove(spare.id)
-        for container in ended:
-            self.remove(container)
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for started in idle:
+            self.discard(started)
 
 
 def reap(client: docker.DockerClient) -> int:
@@ -363,7 +286,7 @@ def _started(pid: int) -> str:
 
 
 def _waiting(conn: socket.socket) -> bool:
-    """Whether a spare still waits for its job: a worker that said anything, or ended, is not used."""
+    """Whether a kept container's zygote still waits: one that spoke unasked, or ended, is not used."""
     conn.setblocking(False)
     try:
         conn.recv(1, socket.MSG_PEEK)
@@ -375,7 +298,7 @@ def _waiting(conn: socket.socket) -> bool:
 
 
 def _hang_up(started: _Started) -> None:
-    """Close the attach connection (again is harmless): the engine stops writing, the worker's stdin ends."""
+    """Close the attach connection (again is harmless): the engine stops writing, the zygote's stdin ends."""
     conn = started.conn
     if conn is None:
         return
@@ -400,7 +323,7 @@ def _host_config(limits: Limits, mounts: list[Mount]) -> dict[str, Any]:
     uid, gid = USER.split(":")
     scratch_mb = limits.file_size_mb + SCRATCH_SPARE_MB
     return {
-        "init": True,  # docker-init as pid 1: the worker gets SIGXCPU normally, orphans are reaped
+        "init": True,  # docker-init as pid 1: the zygote gets signals normally, orphans are reaped
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {SCRATCH: f"rw,nosuid,nodev,noexec,size={scratch_mb}m,uid={uid},gid={gid},mode=0700"},
@@ -411,11 +334,11 @@ def _host_config(limits: Limits, mounts: list[Mount]) -> dict[str, Any]:
         "memswap_limit": limits.memory_mb * mb,
         "nano_cpus": int(CPUS * 1e9),
         "pids_limit": limits.processes,
-        "ulimits": [
-            Ulimit(name="cpu", soft=limits.cpu_s, hard=limits.cpu_s + 1),
+        "ulimits": [  # the job's CPU limit is its child's alone: the zygote's own time adds up across jobs
             Ulimit(name="fsize", soft=limits.file_size_mb * mb, hard=limits.file_size_mb * mb),
             Ulimit(name="core", soft=0, hard=0),
         ],
+        "auto_remove": True,  # a container whose zygote ended (its caller gone, or a job broke it) goes
         "log_config": LogConfig(type="none"),  # the output is read live; nothing piles up on the host's disk
     }
 
@@ -437,45 +360,46 @@ def _host_paths(message: str, mounts: list[Mount]) -> str:
 
 @dataclass(frozen=True)
 class _Watch:
-    """What came back over the attach connection, and why we killed the container, if we did."""
+    """What came back over the attach connection for one request, and why we stopped reading, if we did."""
 
     stdout: bytes
     stderr_tail: bytes
     killed_for: str
-    """"wall" or "output" when we stopped reading to kill the container; empty otherwise."""
+    """"wall" when no answer came in time; empty otherwise."""
+    answered: bool
+    """Whether anything of an answer came (a zygote that says nothing was gone before it was asked)."""
 
 
-def _watch(conn: socket.socket, payload: bytes, deadline: float, limits: Limits) -> _Watch:
-    """Send the job, then read the multiplexed output until a result line, its end, the deadline or the cap.
-
-    A complete first line on stdout is the result, which wins whatever follows: the container need not be
-    waited for.
-    """
-    cap = limits.output_kb * 1024
+def _watch(conn: socket.socket, payload: bytes, deadline: float) -> _Watch:
+    """Send one request, then read the multiplexed output until the answer's line, the end of the
+    connection or the deadline (the zygote enforces the job's own limits)."""
     streams = {STDOUT: bytearray(), STDERR: bytearray()}
     pending = bytearray()
-    total = 0
     try:
+        conn.setblocking(True)
         conn.settimeout(max(deadline - time.monotonic(), 0.001))
         conn.sendall(payload)
-        conn.shutdown(socket.SHUT_WR)  # end of stdin: the worker reads the whole job, then runs it
     except TimeoutError:
-        return _Watch(b"", b"", "wall")
+        return _Watch(b"", b"", "wall", False)
+    except OSError:
+        return _Watch(b"", b"", "", False)
     conn.setblocking(False)
     with selectors.DefaultSelector() as selector:
         selector.register(conn, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "wall")
+                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "wall", bool(streams[STDOUT]))
             if not selector.select(min(left, POLL_S)):
                 continue
             try:
                 chunk = conn.recv(65536)
             except BlockingIOError:
                 continue
+            except OSError:
+                chunk = b""
             if not chunk:
-                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "")
+                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "", bool(streams[STDOUT]))
             pending += chunk
             while len(pending) >= FRAME_HEADER:
                 size = int.from_bytes(pending[4:FRAME_HEADER], "big")
@@ -485,27 +409,5 @@ def _watch(conn: socket.socket, payload: bytes, deadline: float, limits: Limits)
                 streams.setdefault(kind, bytearray()).extend(pending[FRAME_HEADER : FRAME_HEADER + size])
                 del pending[: FRAME_HEADER + size]
                 del streams[STDERR][:-STDERR_TAIL]
-                total += size
-            if total > cap:
-                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "output")
             if b"\n" in streams[STDOUT]:
-                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "")
-
-
-def _classify(watch: _Watch, code: int, oom: bool, limits: Limits) -> Result:
-    """With no result line, the process backend's rules: our kills first, then the kernel's, then stderr."""
-    if watch.killed_for == "wall":
-        return Result("timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded")
-    if watch.killed_for == "output":
-        return Result("crashed", f"output limit exceeded ({limits.output_kb} KB)")
-    if oom:
-        return Result("oom", f"out of memory: the container reached its {limits.memory_mb} MB limit")
-    if code == 128 + signal.SIGXCPU:
-        return Result("timeout", f"CPU limit of {limits.cpu_s} s exceeded")
-    last = last_line(watch.stderr_tail)
-    if ran_out_of_memory(last):
-        return Result("oom", last)
-    signum = code - 128
-    killed = signum in signal.valid_signals()
-    ending = f"killed by signal {signum}: {signal.strsignal(signum)}" if killed else f"exit code {code}"
-    return Result("crashed", f"worker ended without a result ({ending}){': ' + last if last else ''}")
+                return _Watch(bytes(streams[STDOUT]), bytes(streams[STDERR]), "", True)

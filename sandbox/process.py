@@ -1,4 +1,6 @@
-"""The process backend: the worker as a child process under rlimits, where no Docker engine runs."""
+"""The process backend, where no Docker engine runs: warm zygotes (zygote.py) that fork a confined child per
+job (rlimits, a scrubbed environment, a private scratch folder, new network and PID namespaces where this
+machine permits them), one zygote per job in flight, kept between jobs."""
 
 from __future__ import annotations
 
@@ -8,20 +10,22 @@ import json
 import os
 import resource
 import selectors
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
+
+import targets
 
 from .base import SandboxUnavailable
 from .files import absolute
 from .job import Job, Limits, Result
-from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
+from .outcome import STDERR_TAIL, last_line, parse_result
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFINE_SCRIPT = Path(__file__).resolve().with_name("confine.py")
@@ -35,8 +39,11 @@ NAMESPACE_FLAGS = (
     CLONE_NEWUSER | CLONE_NEWNET,
 )
 """Tried in order: network and PID namespaces as root, else in a new user namespace; else network alone."""
-POLL_S = 0.1
-"""How often the watcher looks whether the child exited while its pipes are still open."""
+WARM_ALLOWANCE_S = 900.0
+"""How long a zygote may take to warm up (import, compile the kernels cold, parse the traces) before a job's
+own wall-clock limit starts; it enforces that limit itself."""
+IDLE_ZYGOTES = 8
+"""Zygotes kept waiting at most; more are ended as their jobs finish."""
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 """One job is one core: thread pools would fight RLIMIT_NPROC and reserve address space per thread."""
 
@@ -49,7 +56,8 @@ def default_cache_dir() -> Path:
 
 @dataclass
 class ProcessSandbox:
-    """A fresh child per job: rlimits, scrubbed environment, private temp dir, no network where permitted."""
+    """Jobs in children of warm zygotes: rlimits, scrubbed environment, private scratch, no network where
+    permitted. It pickles (a cluster's workers get their own zygotes)."""
 
     cache_dir: Path = field(default_factory=default_cache_dir)
     name: ClassVar[str] = "process"
@@ -61,6 +69,19 @@ class ProcessSandbox:
             raise SandboxUnavailable(
                 f"cannot create the numba cache {self.cache_dir}: {exc.strerror}; pass another cache_dir"
             ) from None
+        self._zygotes = _Zygotes(self._environment())
+        weakref.finalize(self, self._zygotes.close)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cache_dir": self.cache_dir}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.cache_dir = state["cache_dir"]
+        self.__post_init__()
+
+    def close(self) -> None:
+        """End the waiting zygotes (each ends its job, if one runs)."""
+        self._zygotes.close()
 
     @functools.cached_property
     def namespace_flags(self) -> int:
@@ -90,67 +111,137 @@ class ProcessSandbox:
         return bool(self.namespace_flags & CLONE_NEWPID)
 
     def run(self, job: Job) -> Result:
-        """Run the worker on the job in a child process and classify how it ended; never raises."""
+        """Run the job in a child of a warm zygote and classify how it ended; never raises."""
         start = time.monotonic()
-        try:
-            scratch = Path(tempfile.mkdtemp(prefix="crucible-job-"))
-        except OSError as exc:
-            return Result("crashed", f"cannot create a temp dir: {exc}", backend=self.name)
-        try:  # the job runs in the scratch folder: the files it reads are named by absolute paths
-            result = self._run_in(scratch, absolute(job), start + job.limits.wall_s)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        sent = absolute(job)  # the child runs in its scratch folder: the files it reads by absolute paths
+        request = {
+            "job": sent.to_json(),
+            "warm": warming(sent),
+            "env": self._environment(),
+            "rlimits": _rlimits(job.limits),
+            "unshare": self.namespace_flags,
+        }
+        result = self._zygotes.serve(request, job.limits.wall_s + WARM_ALLOWANCE_S)
         return replace(result, backend=self.name, seconds=time.monotonic() - start)
 
-    def _run_in(self, scratch: Path, job: Job, deadline: float) -> Result:
-        job_file = scratch / "job.json"
-        env = {
+    def _environment(self) -> dict[str, str]:
+        """What a zygote and its children see of the environment: of the user's, only PYTHONPATH."""
+        return {
             "PATH": os.defpath,
             # the user's PYTHONPATH after ours: a target a package there declares must load in the child too
             "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))),
-            "HOME": str(scratch),
-            "TMPDIR": str(scratch),
             "NUMBA_CACHE_DIR": str(self.cache_dir),
             "LANG": "C.UTF-8",
             **dict.fromkeys(THREAD_VARIABLES, "1"),
         }
-        limits = job.limits
+
+
+@dataclass
+class _Zygote:
+    """One zygote process and the pipes to it; its stderr goes to a file read when it dies."""
+
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    def ask(self, request: dict[str, Any], timeout_s: float) -> Result | None:
+        """The answer to one request, or None if the zygote died or did not answer in time."""
+        assert self.process.stdin is not None and self.process.stdout is not None
         try:
-            job_file.write_text(json.dumps(job.to_json()), encoding="utf-8")
-            with (
-                job_file.open("rb") as stdin,
-                subprocess.Popen(
-                    _confined(
-                        _confinement(limits, self.namespace_flags), [sys.executable, "-m", "sandbox.worker"]
-                    ),
-                    stdin=stdin,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=scratch,
-                    env=env,
-                    start_new_session=True,
-                ) as proc,
-            ):
-                watch = _watch(proc, deadline, limits.output_kb * 1024)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return Result("crashed", f"cannot start the worker: {exc}")
-        return _classify(watch, limits)
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            return None
+        fd = self.process.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            if not selector.select(timeout_s):
+                return None
+        line = self.process.stdout.readline()
+        return parse_result(line) if line else None
+
+    def why_gone(self) -> str:
+        """The last line the zygote said before it ended, or that it did not answer."""
+        self.log.seek(0)
+        last = last_line(self.log.read()[-STDERR_TAIL:])
+        return last or "it did not answer"
+
+    def end(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()  # end of its requests: it ends its job and itself
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
 
 
-@dataclass(frozen=True)
-class _Watch:
-    """What the watcher saw of one child: its output, how it ended, and why we killed it, if we did."""
+@dataclass
+class _Zygotes:
+    """The warm zygotes of one sandbox: one per job in flight, started when none waits, kept when done."""
 
-    stdout: bytes
-    stderr_tail: bytes
-    returncode: int
-    cpu_s: float
-    killed_for: str
-    """"wall" or "output" when we killed the process group; empty otherwise."""
+    env: dict[str, str]
+    idle: list[_Zygote] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+    def serve(self, request: dict[str, Any], timeout_s: float) -> Result:
+        with self.lock:
+            zygote = self.idle.pop() if self.idle else None
+        if zygote is None or zygote.process.poll() is not None:
+            try:
+                zygote = self._start()
+            except OSError as exc:
+                return Result("crashed", f"cannot start the sandbox's zygote: {exc}")
+        answer = zygote.ask(request, timeout_s)
+        if answer is None:
+            why = zygote.why_gone()
+            zygote.end()
+            return Result("crashed", f"the sandbox's zygote ended without an answer: {why}")
+        with self.lock:
+            keep = not self.closed and len(self.idle) < IDLE_ZYGOTES
+            if keep:
+                self.idle.append(zygote)
+        if not keep:
+            zygote.end()
+        return answer
+
+    def _start(self) -> _Zygote:
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (kept open while the zygote lives)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sandbox.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=tempfile.gettempdir(),
+            env={**self.env, "CRUCIBLE_SCRATCH_ROOT": tempfile.gettempdir()},
+            start_new_session=True,  # no signal of the terminal's reaches it: it ends when its stdin does
+        )
+        return _Zygote(process, log)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for zygote in idle:
+            zygote.end()
 
 
-def _confinement(limits: Limits, namespace_flags: int) -> dict[str, Any]:
-    """The spec for confine.py: rlimits (capped at the inherited hard limits), then the namespaces if any."""
+def warming(job: Job) -> dict[str, Any] | None:
+    """The trusted job a zygote warms up on for jobs like this one: the target's first packaged baseline on
+    the same instances (never candidate code); None where the target has none or does not load."""
+    try:
+        baseline = next(iter(targets.load(job.target).baselines().values()), None)
+    except (KeyError, ImportError):
+        return None
+    if baseline is None:
+        return None
+    return Job(job.target, baseline, job.instances, limits=job.limits).to_json()
+
+
+def _rlimits(limits: Limits) -> list[list[int]]:
+    """The job's rlimits, capped at the inherited hard limits."""
     mb = 1024 * 1024
     wanted = {
         resource.RLIMIT_AS: (limits.memory_mb * mb,) * 2,
@@ -159,8 +250,7 @@ def _confinement(limits: Limits, namespace_flags: int) -> dict[str, Any]:
         resource.RLIMIT_FSIZE: (limits.file_size_mb * mb,) * 2,
         resource.RLIMIT_CORE: (0, 0),
     }
-    rlimits = [[which, *_within(which, soft, hard)] for which, (soft, hard) in wanted.items()]
-    return {"rlimits": rlimits, "unshare": namespace_flags}
+    return [[which, *_within(which, soft, hard)] for which, (soft, hard) in wanted.items()]
 
 
 def _confined(spec: dict[str, Any], command: list[str]) -> list[str]:
@@ -174,87 +264,3 @@ def _within(which: int, soft: int, hard: int) -> tuple[int, int]:
     if inherited == resource.RLIM_INFINITY:
         return soft, hard
     return min(soft, inherited), min(hard, inherited)
-
-
-def _watch(proc: subprocess.Popen[bytes], deadline: float, output_cap: int) -> _Watch:
-    """Read both pipes as they fill until the child exits; kill its group at the deadline or output cap."""
-    assert proc.stdout is not None and proc.stderr is not None
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    buffers = {out_fd: bytearray(), err_fd: bytearray()}
-    total, killed_for, exited = 0, "", False
-    with selectors.DefaultSelector() as selector:
-        for fd in buffers:
-            selector.register(fd, selectors.EVENT_READ)
-        while not killed_for and (selector.get_map() or not exited):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                killed_for = "wall"
-                break
-            if selector.get_map():
-                events = selector.select(min(left, POLL_S))
-            else:  # both pipes closed: the child is exiting, or hostile and still running
-                time.sleep(min(left, POLL_S / 20))
-                events = []
-            for key, _ in events:
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fd)
-                    continue
-                total += len(chunk)
-                buffers[key.fd] += chunk
-                del buffers[err_fd][:-STDERR_TAIL]
-                if total > output_cap:
-                    killed_for = "output"
-                    break
-            if not exited and _exited(proc.pid):
-                exited = True
-                _kill_job(proc.pid)  # whatever it left behind in its group may still hold the pipes
-    _kill_job(proc.pid)  # before reaping, so the group id cannot have been reused
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return _Watch(
-        stdout=bytes(buffers[out_fd]),
-        stderr_tail=bytes(buffers[err_fd]),
-        returncode=proc.returncode,
-        cpu_s=usage.ru_utime + usage.ru_stime,
-        killed_for=killed_for,
-    )
-
-
-def _exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-
-def _kill_job(pid: int) -> None:
-    """Kill the child's process group and its own children: the namespace's pid 1 may have left the group."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    for child in children:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(int(child), signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _classify(watch: _Watch, limits: Limits) -> Result:
-    """A complete result line wins; else the limit we or the kernel enforced; else the last stderr line."""
-    result = parse_result(watch.stdout)
-    if result is not None:
-        return result
-    if watch.killed_for == "wall":
-        return Result("timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded")
-    if watch.killed_for == "output":
-        return Result("crashed", f"output limit exceeded ({limits.output_kb} KB)")
-    code = watch.returncode
-    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and watch.cpu_s >= limits.cpu_s):
-        return Result("timeout", f"CPU limit of {limits.cpu_s} s exceeded")
-    if code == -signal.SIGKILL:
-        return Result("oom", "killed by SIGKILL outside the sandbox's limits (likely out of memory)")
-    last = last_line(watch.stderr_tail)
-    if ran_out_of_memory(last):
-        return Result("oom", last)
-    ending = f"killed by signal {-code}: {signal.strsignal(-code)}" if code < 0 else f"exit code {code}"
-    return Result("crashed", f"worker ended without a result ({ending}){': ' + last if last else ''}")

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any
 
 import targets
 from targets.base import Instance, Target, WorkloadError
@@ -242,27 +242,21 @@ def _silenced() -> Iterator[None]:
         os.close(devnull)
 
 
-def main(argv: list[str], stdin: TextIO = sys.stdin) -> None:
-    """Read the job, run it with stdout pointed at stderr, then write the result alone to the real stdout.
-
-    `--warm JOB` first runs a trusted job (a baseline on the coming job's instances) and drops its result,
-    so that imports, kernels and traces are loaded before the job is sent: a started container waits warm.
-    """
+def serve_one(job: Job) -> None:
+    """Run the job in this (confined) process and write its result alone to stdout: noise from the
+    candidate, numba or Optuna, even from native code, lands on stderr. The zygote's child calls this."""
     result_fd = os.dup(1)
-    os.dup2(2, 1)  # noise from the candidate, numba or optuna, even from native code, lands on stderr
+    os.dup2(2, 1)
     os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
-    seed_numba_cache()
-    if argv[:1] == ["--warm"]:
-        with _silenced():  # a waiting container says nothing before its job
-            run(Job.from_json(json.loads(argv[1])))
-            tune(lambda _: 0.0, (ParamRange("x", 0.0, 1.0),), "maximize", 2, 0)  # Optuna's lazy imports
     worker = os.getpid()
-    result = run(Job.from_json(json.load(stdin)))
+    result = run(job)
     if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us
         os._exit(1)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(result.to_json()) + "\n")
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+def warm_tuner() -> None:
+    """Import Optuna's lazily loaded parts by tuning a trivial objective, so a job does not pay for it."""
+    with _silenced():
+        tune(lambda _: 0.0, (ParamRange("x", 0.0, 1.0),), "maximize", 2, 0)

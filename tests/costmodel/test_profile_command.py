@@ -212,12 +212,12 @@ def test_validate_names_the_baselines_when_a_candidate_is_neither_file_nor_basel
 
 
 @pytest.mark.torch
-def test_validate_kv_replays_each_policy_in_simulator_and_engine(capsys) -> None:
+def test_validate_kv_replays_each_policy_in_simulator_and_engine(capsys, tmp_path) -> None:
     pytest.importorskip("torch")
     main(
         ["validate", "--target", "kv", "--candidates", "lru", "belady", "--workload", "gen:chat:1",
          "--requests", "0:30", "--capacity", "60", "--block-tokens", "4", "--repeats", "1",
-         "--sandbox", "process", "--json"]
+         "--sandbox", "process", "--json", "--db", f"sqlite:///{tmp_path / 'runs.db'}"]
     )  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert set(report["policies"]) == {"lru", "belady"}
@@ -229,11 +229,12 @@ def test_validate_kv_replays_each_policy_in_simulator_and_engine(capsys) -> None
 
 
 @pytest.mark.torch
-def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys) -> None:
+def test_validate_batching_serves_each_policy_in_simulator_and_engine(capsys, tmp_path) -> None:
     pytest.importorskip("torch")
     main(
         ["validate", "--target", "batching", "--candidates", "fcfs", "spf", "--requests", "0:12",
-         "--max-output", "4", "--rounds", "2", "--sandbox", "process", "--json"]
+         "--max-output", "4", "--rounds", "2", "--sandbox", "process", "--json",
+         "--db", f"sqlite:///{tmp_path / 'runs.db'}"]
     )  # fmt: skip
     out, err = capsys.readouterr()
     assert "profile cpu-2core-passes: measured 2026-12-01, load average " in err, "the pricing's load, said"

@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from sandbox.base import SandboxUnavailable
 from sandbox.docker import OWNER_LABEL, DockerSandbox
 from sandbox.image import LABEL
 from sandbox.job import Job, Limits, Result, Tuning
-from sandbox.process import ProcessSandbox
+from sandbox.process import ProcessSandbox, warming
 from targets.base import Instance
 
 pytestmark = pytest.mark.docker
@@ -78,12 +77,13 @@ def test_the_job_runs_as_nobody_without_network_capabilities_or_a_writable_root(
     result = docker_box.run(Job("kv", INSIDE, instances, skip_check=True, limits=limits))
     assert result.message.startswith("RuntimeError: "), result.message
     inside = json.loads(result.message.removeprefix("RuntimeError: "))
+    (place,) = inside.pop("places")
+    assert place.startswith("/scratch/crucible-job-"), "its home, working and temp folder: one of its own"
     assert inside == {
         "uid": 65534,
         "caps": "0000000000000000",
         "no_new_privs": "1",
         "root": "Read-only file system",
-        "places": ["/scratch"],
         "net": ["lo"],
         "cpu": [77, 78],
         "memory": str(1024 * MB),
@@ -120,7 +120,9 @@ def test_tuned_job_gives_the_process_backends_numbers(
     assert numbers(in_docker) == numbers(in_process)
 
 
-def test_a_warm_container_has_run_no_candidate_before(docker_box: DockerSandbox) -> None:
+def test_a_job_that_marks_the_scratch_disk_gets_the_next_job_a_fresh_container(
+    docker_box: DockerSandbox,
+) -> None:
     box = DockerSandbox(image=docker_box.image, client=docker_box.client)
     mark = "import os\nif os.path.exists('/scratch/mark'):\n    raise SystemError('reused')\n"
     mark += "open('/scratch/mark', 'w')\n"
@@ -128,48 +130,33 @@ def test_a_warm_container_has_run_no_candidate_before(docker_box: DockerSandbox)
         for _ in range(3):
             result = box.run(Job("kv", mark + "raise SystemError('fresh')\n", SMALL, skip_check=True))
             assert result.message == "SystemError: fresh"
-            time.sleep(3)  # time for the next container to start and warm up
     finally:
         box.close()
 
 
-def test_jobs_run_side_by_side_leave_as_many_warm_containers(docker_box: DockerSandbox) -> None:
+def test_jobs_run_side_by_side_leave_as_many_warm_containers_serving_the_next(
+    docker_box: DockerSandbox,
+) -> None:
     box = DockerSandbox(image=docker_box.image, client=docker_box.client)
     mine = {"label": f"{OWNER_LABEL}={box.owner}"}
     job = Job("kv", KV.baselines()["lru"], SMALL)
     try:
         with ThreadPoolExecutor(2) as pool:
             assert [r.status for r in pool.map(box.run, [job, job])] == ["ok", "ok"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the jobs' containers go, two spares come
-            containers = _containers(box.client, mine)
-            if len(containers) == 2 and all(c.status == "running" for c in containers):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"containers left: {[(c.short_id, c.status) for c in containers]}")
+        kept = {c.id for c in _containers(box.client, mine) if c.status == "running"}
+        assert len(kept) == 2
+        with ThreadPoolExecutor(2) as pool:
+            assert [r.status for r in pool.map(box.run, [job, job])] == ["ok", "ok"]
+        assert {c.id for c in _containers(box.client, mine)} == kept, "the same containers served them"
     finally:
         box.close()
 
 
-def test_a_spare_warms_on_every_instance_of_the_job_it_stands_in_for(docker_box: DockerSandbox) -> None:
-    box = DockerSandbox(image=docker_box.image, client=docker_box.client)
-    mine = {"label": f"{OWNER_LABEL}={box.owner}"}
+def test_a_container_warms_on_every_instance_of_its_job_with_a_packaged_baseline() -> None:
     two = (*SMALL, Instance("gen:chat:1", {"capacity": 100}, role="eval"))
-    try:
-        assert box.run(Job("kv", KV.baselines()["lru"], two)).status == "ok"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the job's own container may still be on its way out
-            commands = [c.attrs["Config"]["Cmd"] for c in _containers(box.client, mine)]
-            if spares := [command for command in commands if "--warm" in command]:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("no spare was started")
-        warm = Job.from_json(json.loads(spares[0][spares[0].index("--warm") + 1]))
-        assert warm.instances == two  # a later instance left cold costs every job its first touch
-    finally:
-        box.close()
+    warm = Job.from_json(warming(Job("kv", "candidate source", two)))  # type: ignore[arg-type]
+    assert warm.instances == two  # a later instance left cold costs every job its first touch
+    assert warm.source in KV.baselines().values(), "never candidate code"
 
 
 def test_no_container_outlives_the_sandbox(docker_box: DockerSandbox) -> None:
@@ -177,7 +164,7 @@ def test_no_container_outlives_the_sandbox(docker_box: DockerSandbox) -> None:
     killed = box.run(Job("kv", "while True:\n    pass\n", SMALL, skip_check=True, limits=Limits(wall_s=2)))
     assert killed.status == "timeout"
     assert box.run(Job("kv", KV.baselines()["lru"], SMALL)).status == "ok"
-    box.close()  # its warm spare goes too
+    box.close()  # its kept container goes too
     assert _containers(box.client, {"label": f"{OWNER_LABEL}={box.owner}"}) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,12 +13,14 @@ from search.cli.main import main
 pytestmark = [pytest.mark.docker, pytest.mark.torch]
 
 
-def test_validate_replays_real_kernels_inside_the_docker_sandbox(docker_box: DockerSandbox, capsys) -> None:
+def test_validate_replays_real_kernels_inside_the_docker_sandbox(
+    docker_box: DockerSandbox, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     pytest.importorskip("torch")
     main(
         ["validate", "--target", "kv", "--candidates", "lru", "belady", "--workload", "gen:chat:1",
          "--requests", "0:30", "--capacity", "60", "--block-tokens", "4", "--repeats", "1",
-         "--sandbox", "docker", "--json"]
+         "--sandbox", "docker", "--json", "--db", f"sqlite:///{tmp_path / 'runs.db'}"]
     )  # fmt: skip
     captured = capsys.readouterr()
     assert "sandbox: docker" in captured.err

@@ -1,4 +1,5 @@
-"""Hostile candidates on both backends: each ends contained and classified, and the next job runs as usual.
+"""Hostile candidates on both backends: each ends contained and classified, and the next job runs as usual,
+with the numbers it gives anywhere (the jobs share a warm zygote, which forks a fresh child for each).
 
 The static checker is bypassed (Job.skip_check), so the sandbox itself is what stops them. Where the
 process backend cannot give a protection that Docker gives, the test says why and is marked xfail.
@@ -20,12 +21,15 @@ import targets
 from sandbox.base import Sandbox
 from sandbox.job import Job, Limits, Result
 from sandbox.process import ProcessSandbox
+from sandbox.worker import run
 from targets.base import Instance
 
 SMALL = (Instance("gen:chat:1", {"capacity": 100, "requests": [0, 100]}, "chat[:100]@100"),)
 NEXT = Job("kv", targets.load("kv").baselines()["lru"], SMALL)
 """The ordinary candidate that must run normally after every hostile one."""
 NO_FILES = "the process backend has no filesystem isolation: the worker runs as the user running the search"
+EXPECTED = run(NEXT).instances[0].metrics
+"""NEXT's numbers, computed here, as any fresh process computes them."""
 
 
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
@@ -43,6 +47,7 @@ def contained(box: Sandbox, job: Job) -> Result:
     assert result.backend == box.name
     after = box.run(NEXT)
     assert after.status == "ok", after.message
+    assert after.instances[0].metrics == EXPECTED, "the next job's numbers are a fresh process's"
     return result
 
 
@@ -204,3 +209,59 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_job_that_corrupts_what_it_shares_leaves_the_next_one_untouched(
+    box: Sandbox, tmp_path: Path
+) -> None:
+    """Module state, the scratch disk and a lingering child: each gone for the next job on the same worker."""
+    marker = f"crucible-hostile-{uuid.uuid4().hex}"
+    source = (
+        "import os, subprocess, tempfile, targets\n"
+        "kv = targets.load('kv')\n"
+        "type(kv).evaluate = lambda self, program, instance, params: {'block_hit_rate': 1.0}\n"
+        "import targets.kv.target as module\n"
+        "module.replay = lambda *a, **k: {}\n"
+        "for folder in (os.getcwd(), os.path.dirname(os.getcwd()), tempfile.gettempdir()):\n"
+        "    try:\n"
+        f"        open(os.path.join(folder, '{marker}'), 'w').write('poison')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        f"subprocess.Popen(['/bin/sh', '-c', 'sleep 30; : {marker}'], start_new_session=True)\n"
+        "raise SystemError('corrupted')\n"
+    )
+    try:
+        result = contained(box, hostile(source))
+        assert result.message == "SystemError: corrupted"
+        for _ in range(3):  # and the next after that: a later job meets no poison either
+            again = box.run(NEXT)
+            assert again.status == "ok" and again.instances[0].metrics == EXPECTED
+        if not on_process(box) or box.pid_isolated:  # type: ignore[attr-defined]
+            assert not processes_with(marker), "its lingering child ended with it"
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.docker
+def test_a_job_that_exhausts_its_containers_pids_leaves_the_next_one_a_working_container(
+    docker_box: Sandbox,
+) -> None:
+    """The container's pids limit holds the job; what it forked is killed, and its zygote serves on."""
+    box = docker_box
+    exhaust = (
+        "import os, time\n"
+        "children = 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60)\n"
+        "            os._exit(0)\n"
+        "        children += 1\n"
+        "    except OSError:\n"
+        "        raise SystemError(f'no more processes after {children}')\n"
+    )
+    result = contained(box, hostile(exhaust, processes=24, wall_s=20))
+    assert result.message.startswith("SystemError: no more processes after"), result.message
+    for _ in range(2):
+        assert box.run(NEXT).instances[0].metrics == EXPECTED

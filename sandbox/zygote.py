@@ -1,0 +1,312 @@
+"""A warm parent that forks a fresh, confined child for every job: the sandbox at in-process speed.
+
+A zygote is started once per worker slot (by the process backend as a child of the search, by the Docker
+backend as the command of a container) with a scrubbed environment and no secret in it. It imports the
+worker, numba, the targets and Optuna once, and warms itself on a trusted job (the target's first packaged
+baseline on the coming job's instances: kernels compiled, traces parsed) before the first job of each kind.
+It never runs candidate code itself. For each job it forks a child that, before anything of the job is
+read, starts a session of its own, drops to the job's limits (rlimits), clears its environment, enters a
+private scratch folder and, where permitted, new network and PID namespaces (in the latter as pid 1 of a
+grandchild); then it runs the job with the worker and writes the result. The zygote watches the child as the
+old per-job process was watched (wall-clock limit, output cap, how it ended), kills whatever is left of it,
+removes its scratch folder and answers with the Result.
+
+Where the zygote is the only inhabitant of a container that outlives its jobs (the Docker backend), the
+request says `sweep`: after each job it kills every process the job left, even in another session, and
+ends itself (the container is then replaced) if the job changed anything of the scratch disk outside its own
+folder, numba's cache there included, so no job can leave anything for the next.
+
+Protocol: one JSON request per line on stdin, one JSON answer per line on stdout, in order; the zygote ends
+at end of stdin (its caller went away, even killed), killing the job it watches.
+Request: {"job": Job, "warm": Job | null, "env": {..}, "rlimits": [[resource, soft, hard], ..],
+"unshare": flags, "sweep": bool}. Answer: a Result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import termios
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .confine import confine, die_with_parent
+from .job import Job, Limits, Result
+from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
+
+POLL_S = 0.05
+"""How often the watch looks whether the child exited while its pipes are still open."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What the zygote saw of one child: its output, how it ended, and why it was killed, if it was."""
+
+    stdout: bytes
+    stderr_tail: bytes
+    returncode: int
+    cpu_s: float
+    killed_for: str
+    """"wall" or "output" when the zygote killed it; empty otherwise."""
+
+
+def main() -> None:
+    """Serve jobs until end of stdin. Candidate code never runs in this process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the search's to handle; it ends us by EOF
+    scratch_root = Path(os.environ.get("CRUCIBLE_SCRATCH_ROOT") or tempfile.gettempdir())
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # anything printed while warming lands on stderr, never among the answers
+    from . import worker  # imported once here: every child has it
+
+    worker.seed_numba_cache()
+    warmed: set[str] = set()
+    requests = os.fdopen(0, "rb", buffering=0)
+    pending = bytearray()
+    while True:
+        line = _read_line(requests, pending)
+        if line is None:
+            return
+        request = json.loads(line)
+        warm = request.get("warm")
+        if warm is not None:
+            _warm(worker, Job.from_json(warm), warmed)
+        sweep = bool(request.get("sweep"))
+        before = _disk(scratch_root) if sweep else {}
+        result = supervise(request, scratch_root)
+        answers.write(json.dumps(result.to_json()) + "\n")
+        answers.flush()
+        if sweep:
+            _kill_strays()
+            if _disk(scratch_root) != before:
+                return  # the job left something on the disk the next would share: a fresh container
+
+
+def _disk(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file below the scratch root, with its size and modification time (a job's own folder is gone
+    by the time this is compared)."""
+    found = {}
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            stat = path.lstat()
+            found[str(path)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def _kill_strays() -> None:
+    """Kill every process but this one and its ancestors (the container's init): what a job left behind."""
+    keep = {os.getpid()}
+    pid = os.getppid()
+    while pid > 0 and pid not in keep:
+        keep.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    for entry in Path("/proc").glob("[0-9]*"):
+        if int(entry.name) not in keep:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _read_line(stream: Any, pending: bytearray) -> bytes | None:
+    """The next line of the requests, or None at their end."""
+    while b"\n" not in pending:
+        chunk = stream.read(65536)
+        if not chunk:
+            return None
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line
+
+
+def _warm(worker: Any, job: Job, warmed: set[str]) -> None:
+    """Run a trusted job here once per kind (target and instances): what every later child then has."""
+    kind = json.dumps([job.target, [i.to_json() for i in job.instances]], sort_keys=True)
+    if kind in warmed:
+        return
+    warmed.add(kind)
+    worker.run(job)
+    worker.warm_tuner()
+
+
+def supervise(request: dict[str, Any], scratch_root: Path) -> Result:
+    """Fork a confined child for the job, watch it to its end, and classify how it ended."""
+    job = Job.from_json(request["job"])
+    limits = job.limits
+    start = time.monotonic()
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="crucible-job-", dir=scratch_root))
+    except OSError as exc:
+        return Result("crashed", f"cannot create a scratch folder: {exc}")
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: confined before anything of the job is read, then the job
+            _child(request, scratch, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        watched = _watch(pid, out_r, err_r, start + limits.wall_s, limits.output_kb * 1024)
+    finally:
+        for fd in (out_r, err_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return replace(classify(watched, limits), seconds=time.monotonic() - start)
+
+
+def _child(request: dict[str, Any], scratch: Path, out_w: int, err_w: int) -> None:
+    """In the forked child: never returns."""
+    try:
+        os.setsid()  # its own group: the zygote kills it whole, and no signal of the terminal reaches it
+        die_with_parent()
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, _max_fd())  # the zygote's pipes (its requests and answers) are not the job's
+        os.chdir(scratch)
+        os.environ.clear()
+        os.environ.update({**request["env"], "HOME": str(scratch), "TMPDIR": str(scratch)})
+        tempfile.tempdir = None  # read TMPDIR again
+        from numba.core import config as numba_config  # imported by the warm-up: its cache is the zygote's
+
+        numba_config.CACHE_DIR = str(scratch / "numba")  # what a job compiles is cached in its own folder
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        confine(request["rlimits"], int(request["unshare"]))
+        from .worker import serve_one
+
+        serve_one(Job.from_json(request["job"]))
+        os._exit(0)
+    except BaseException:  # nothing of the zygote's may run on in a child: any failure ends it here
+        with contextlib.suppress(Exception):
+            import traceback
+
+            traceback.print_exc()
+        os._exit(70)
+
+
+def _max_fd() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if soft != resource.RLIM_INFINITY else 65536
+
+
+def _watch(pid: int, out_fd: int, err_fd: int, deadline: float, output_cap: int) -> Watched:
+    """Read both pipes as they fill until the child exits; kill its group at the deadline or output cap, or
+    when the zygote's own caller goes away (stdin ends: the zygote then ends too, its child with it)."""
+    buffers = {out_fd: bytearray(), err_fd: bytearray()}
+    total, killed_for, exited, orphaned = 0, "", False, False
+    with selectors.DefaultSelector() as selector:
+        for fd in buffers:
+            selector.register(fd, selectors.EVENT_READ)
+        selector.register(0, selectors.EVENT_READ)  # the caller sends nothing while a job runs: only its end
+        while not killed_for and (_open(selector, buffers) or not exited):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                killed_for = "wall"
+                break
+            events = selector.select(min(left, POLL_S))
+            for key, _ in events:
+                if key.fd == 0:
+                    orphaned = _ended(0)
+                    if not orphaned:
+                        selector.unregister(0)  # a caller that writes early: read it later, not now
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                total += len(chunk)
+                buffers[key.fd] += chunk
+                del buffers[err_fd][:-STDERR_TAIL]
+                if total > output_cap:
+                    killed_for = "output"
+                    break
+            if orphaned:
+                break
+            if not exited and _exited(pid):
+                exited = True
+                _kill_job(pid)  # whatever it left behind in its group may still hold the pipes
+            if not _open(selector, buffers) and not exited and 0 not in selector.get_map():
+                time.sleep(POLL_S / 10)  # pipes closed, the child still running, nothing else to wait on
+    _kill_job(pid)  # before reaping, so the group id cannot have been reused
+    _, status, usage = os.wait4(pid, 0)
+    if orphaned:
+        os._exit(0)
+    return Watched(
+        stdout=bytes(buffers[out_fd]),
+        stderr_tail=bytes(buffers[err_fd]),
+        returncode=os.waitstatus_to_exitcode(status),
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        killed_for=killed_for,
+    )
+
+
+def _open(selector: selectors.BaseSelector, pipes: dict[int, bytearray]) -> bool:
+    """Whether a pipe of the child's is still open."""
+    return any(fd in selector.get_map() for fd in pipes)
+
+
+def _ended(fd: int) -> bool:
+    """Whether a readable fd is at its end (nothing to read), rather than holding data."""
+    waiting = ctypes.c_int(0)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, waiting)
+    except OSError:
+        return True
+    return waiting.value == 0
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, without reaping it."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_job(pid: int) -> None:
+    """Kill the child's process group and its own children: the namespace's pid 1 may have left the group."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(child), signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def classify(watch: Watched, limits: Limits) -> Result:
+    """A complete result line wins; else the limit the zygote or the kernel enforced; else stderr's last
+    line."""
+    result = parse_result(watch.stdout)
+    if result is not None:
+        return result
+    if watch.killed_for == "wall":
+        return Result("timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded")
+    if watch.killed_for == "output":
+        return Result("crashed", f"output limit exceeded ({limits.output_kb} KB)")
+    code = watch.returncode
+    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and watch.cpu_s >= limits.cpu_s):
+        return Result("timeout", f"CPU limit of {limits.cpu_s} s exceeded")
+    if code == -signal.SIGKILL:
+        return Result("oom", "killed by SIGKILL outside the sandbox's limits (likely out of memory)")
+    last = last_line(watch.stderr_tail)
+    if ran_out_of_memory(last):
+        return Result("oom", last)
+    ending = f"killed by signal {-code}: {signal.strsignal(-code)}" if code < 0 else f"exit code {code}"
+    return Result("crashed", f"worker ended without a result ({ending}){': ' + last if last else ''}")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
