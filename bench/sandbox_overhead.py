@@ -167,20 +167,12 @@ def main() -> None:
         ],
     }
     if "docker" in figures:
-        busy, *_, paused = cadences
         docker, base = figures["docker"], figures["in-process"]
-        whole = _overhead([searches["docker"]], [searches["in-process"]])
-        print(
-            f"\ndocker's overhead per typical job: {_overhead(docker[paused], base[paused])} with its "
-            f"container started in a proposer's pause ({paused}); {_overhead(docker[busy], base[busy])} "
-            f"with no pause to start it in ({busy}); {whole} over a whole offline search, where starting "
-            "and warming containers competes with the jobs"
-        )
-        data["docker overhead"] = [
-            {"cadence": paused, "overhead": _overhead(docker[paused], base[paused])},
-            {"cadence": busy, "overhead": _overhead(docker[busy], base[busy])},
-            {"cadence": "a whole offline search", "overhead": whole},
-        ]
+        overheads = {cadence: _overhead(docker[cadence], base[cadence]) for cadence in cadences}
+        overheads["a whole offline search"] = _overhead([searches["docker"]], [searches["in-process"]])
+        said = "; ".join(f"{overhead} {cadence}" for cadence, overhead in overheads.items())
+        print(f"\ndocker's overhead per typical job: {said}")
+        data["docker overhead"] = [{"cadence": c, "overhead": o} for c, o in overheads.items()]
     print(f"\nload average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for box in backends.values():
         close = getattr(box, "close", None)

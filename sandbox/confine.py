@@ -1,4 +1,5 @@
-"""Confining a process: rlimits, then new namespaces (an empty network, a PID namespace of its own).
+"""Confining a process: rlimits, new namespaces (an empty network, a PID namespace of its own), then no
+capability at all.
 
 The zygote (zygote.py) confines each job's forked child with these before the job is read. Run as a script,
 it confines itself and execs a command: the process backend probes which namespaces this machine permits
@@ -24,16 +25,38 @@ import sys
 
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+CAP_LAST = 63
+"""Beyond the last capability the kernel knows, PR_CAPBSET_DROP fails harmlessly."""
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def confine(rlimits: list[list[int]], flags: int) -> None:
-    """Apply the rlimits, then move into the new namespaces; with a PID namespace, return in its pid 1."""
+    """Apply the rlimits, move into the new namespaces (with a PID namespace, return in its pid 1), then
+    give up every capability."""
     for which, soft, hard in rlimits:
         resource.setrlimit(which, (soft, hard))
     if flags:
         unshare(flags)
     if flags & CLONE_NEWPID:
         as_init()
+    drop_capabilities()
+
+
+def drop_capabilities() -> None:
+    """Hold no capability, and gain none by exec (no new privileges, an empty bounding set): run as root, a
+    job then cannot open the memory of a process that is not dumpable, nor raise a hard limit."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for capability in range(CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # fails where none is left to drop: then harmless
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    none = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice 32 bits each
+    if libc.capset(header, none) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"cannot drop capabilities: {os.strerror(errno)}")
 
 
 def unshare(flags: int) -> None:
@@ -47,6 +70,12 @@ def unshare(flags: int) -> None:
 def die_with_parent() -> None:
     """Be killed when the process that forked this one ends (Linux: PR_SET_PDEATHSIG)."""
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def undumpable() -> None:
+    """Let no process of the same user open this one's memory or attach to it (Linux: PR_SET_DUMPABLE 0);
+    kept across fork, so every child forked after is closed the same way."""
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0)
 
 
 def as_init() -> None:

@@ -34,11 +34,11 @@ from docker.errors import DockerException, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 
 from .base import SandboxUnavailable
-from .files import read_files, relocated
+from .files import KnownFiles, relocated
 from .image import BUILD_COMMAND, LABEL, has_image, image_name
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result
-from .process import THREAD_VARIABLES, warming
+from .process import THREAD_VARIABLES
 from .worker import one_line
 
 USER = "65534:65534"
@@ -86,6 +86,7 @@ class DockerSandbox:
     name: ClassVar[str] = "docker"
     owner: str = field(init=False)
     _containers: _Containers = field(init=False, repr=False)
+    _files: KnownFiles = field(default_factory=KnownFiles, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not has_image(self.client, self.image):
@@ -112,7 +113,7 @@ class DockerSandbox:
         return replace(result, backend=self.name, seconds=time.monotonic() - start)
 
     def _run(self, job: Job, deadline: float) -> Result:
-        sent, mounts = _mapped(job)
+        sent, mounts = _mapped(job, self._files.of(job))
         private = [m["Source"] for m in mounts if not os.stat(m["Source"]).st_mode & stat.S_IROTH]
         if private:
             return Result(
@@ -142,8 +143,8 @@ class DockerSandbox:
 
 
 def _request(job: Job) -> dict[str, Any]:
-    """What a container's zygote is asked to run: the job, the trusted job it warms up on, the child's
-    environment and limits; no namespaces (the container is them), and a sweep after the job."""
+    """What a container's zygote is asked to run: the job, the child's environment and limits; no
+    namespaces (the container is them), and a sweep after the job."""
     mb = 1024 * 1024
     limits = job.limits
     rlimits = [
@@ -153,7 +154,6 @@ def _request(job: Job) -> dict[str, Any]:
     ]
     return {
         "job": job.to_json(),
-        "warm": warming(job),
         "env": _environment(),
         "rlimits": rlimits,
         "unshare": 0,
@@ -323,7 +323,7 @@ def _host_config(limits: Limits, mounts: list[Mount]) -> dict[str, Any]:
     uid, gid = USER.split(":")
     scratch_mb = limits.file_size_mb + SCRATCH_SPARE_MB
     return {
-        "init": True,  # docker-init as pid 1: the zygote gets signals normally, orphans are reaped
+        "init": False,  # the zygote, not dumpable, is pid 1: nothing in the container a job could open
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {SCRATCH: f"rw,nosuid,nodev,noexec,size={scratch_mb}m,uid={uid},gid={gid},mode=0700"},
@@ -343,10 +343,10 @@ def _host_config(limits: Limits, mounts: list[Mount]) -> dict[str, Any]:
     }
 
 
-def _mapped(job: Job) -> tuple[Job, list[Mount]]:
+def _mapped(job: Job, files: tuple[Path, ...]) -> tuple[Job, list[Mount]]:
     """The job as the container sees it: each file its target reads bound read-only below WORKLOADS, and
     every value naming one rewritten to where it is mounted. Nothing else of the host is visible."""
-    inside = {path: f"{WORKLOADS}/{n}/{path.name}" for n, path in enumerate(read_files(job))}
+    inside = {path: f"{WORKLOADS}/{n}/{path.name}" for n, path in enumerate(files)}
     mounts = [Mount(there, str(path), type="bind", read_only=True) for path, there in inside.items()]
     return relocated(job, inside), mounts
 

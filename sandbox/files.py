@@ -8,8 +8,10 @@ where the container mounts it. Relative paths are taken against the caller's wor
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,24 @@ def read_files(job: Job) -> tuple[Path, ...]:
     return tuple(found)
 
 
+@dataclass
+class KnownFiles:
+    """read_files of each distinct target and instances (and working directory, which relative paths are
+    taken against), found once: a search sends the same instances with every job, and finding their files
+    loads the target (its entry point read afresh) and resolves paths."""
+
+    most: int = 64
+    found: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+
+    def of(self, job: Job) -> tuple[Path, ...]:
+        key = json.dumps([os.getcwd(), job.target, [i.to_json() for i in job.instances]], sort_keys=True)
+        if key not in self.found:
+            if len(self.found) >= self.most:
+                self.found.clear()
+            self.found[key] = read_files(job)
+        return self.found[key]
+
+
 def relocated(job: Job, where: Mapping[Path, str]) -> Job:
     """The job with each value that names a file of `where` (the workload, a top-level config entry)
     replaced by where that file is to be read."""
@@ -53,6 +73,7 @@ def relocated(job: Job, where: Mapping[Path, str]) -> Job:
     return replace(job, instances=tuple(instance(i) for i in job.instances))
 
 
-def absolute(job: Job) -> Job:
-    """The job with every file it reads named by its absolute path, as a job run in another folder needs."""
-    return relocated(job, {path: str(path) for path in read_files(job)})
+def absolute(job: Job, files: tuple[Path, ...]) -> Job:
+    """The job with every file it reads (`files`, as read_files finds them) named by its absolute path, as
+    a job run in another folder needs."""
+    return relocated(job, {path: str(path) for path in files})

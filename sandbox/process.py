@@ -20,10 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-import targets
-
 from .base import SandboxUnavailable
-from .files import absolute
+from .files import KnownFiles, absolute
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result
 
@@ -70,6 +68,7 @@ class ProcessSandbox:
                 f"cannot create the numba cache {self.cache_dir}: {exc.strerror}; pass another cache_dir"
             ) from None
         self._zygotes = _Zygotes(self._environment())
+        self._files = KnownFiles()
         weakref.finalize(self, self._zygotes.close)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -113,10 +112,11 @@ class ProcessSandbox:
     def run(self, job: Job) -> Result:
         """Run the job in a child of a warm zygote and classify how it ended; never raises."""
         start = time.monotonic()
-        sent = absolute(job)  # the child runs in its scratch folder: the files it reads by absolute paths
+        sent = absolute(
+            job, self._files.of(job)
+        )  # the child runs in its scratch folder: the files it reads by absolute paths
         request = {
             "job": sent.to_json(),
-            "warm": warming(sent),
             "env": self._environment(),
             "rlimits": _rlimits(job.limits),
             "unshare": self.namespace_flags,
@@ -226,18 +226,6 @@ class _Zygotes:
             idle, self.idle = self.idle, []
         for zygote in idle:
             zygote.end()
-
-
-def warming(job: Job) -> dict[str, Any] | None:
-    """The trusted job a zygote warms up on for jobs like this one: the target's first packaged baseline on
-    the same instances (never candidate code); None where the target has none or does not load."""
-    try:
-        baseline = next(iter(targets.load(job.target).baselines().values()), None)
-    except (KeyError, ImportError):
-        return None
-    if baseline is None:
-        return None
-    return Job(job.target, baseline, job.instances, limits=job.limits).to_json()
 
 
 def _rlimits(limits: Limits) -> list[list[int]]:

@@ -8,8 +8,8 @@ It never runs candidate code itself. For each job it forks a child that, before 
 read, starts a session of its own, drops to the job's limits (rlimits), clears its environment, enters a
 private scratch folder and, where permitted, new network and PID namespaces (in the latter as pid 1 of a
 grandchild); then it runs the job with the worker and writes the result. The zygote watches the child as the
-old per-job process was watched (wall-clock limit, output cap, how it ended), kills whatever is left of it,
-removes its scratch folder and answers with the Result.
+old per-job process was watched (wall-clock limit, output cap, how it ended), answers with the Result as
+soon as it is complete, then kills whatever is left of the job and removes its scratch folder.
 
 Where the zygote is the only inhabitant of a container that outlives its jobs (the Docker backend), the
 request says `sweep`: after each job it kills every process the job left, even in another session, and
@@ -18,8 +18,8 @@ folder, numba's cache there included, so no job can leave anything for the next.
 
 Protocol: one JSON request per line on stdin, one JSON answer per line on stdout, in order; the zygote ends
 at end of stdin (its caller went away, even killed), killing the job it watches.
-Request: {"job": Job, "warm": Job | null, "env": {..}, "rlimits": [[resource, soft, hard], ..],
-"unshare": flags, "sweep": bool}. Answer: a Result.
+Request: {"job": Job, "env": {..}, "rlimits": [[resource, soft, hard], ..], "unshare": flags,
+"sweep": bool}. Answer: a Result.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import gc
 import json
 import os
 import resource
@@ -41,7 +42,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .confine import confine, die_with_parent
+import targets
+
+from .confine import confine, die_with_parent, undumpable
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result, ran_out_of_memory
 
@@ -55,14 +58,34 @@ class Watched:
 
     stdout: bytes
     stderr_tail: bytes
-    returncode: int
+    returncode: int | None
+    """None when its result came complete: it is killed then, and reaped after the answer."""
     cpu_s: float
     killed_for: str
     """"wall" or "output" when the zygote killed it; empty otherwise."""
 
 
+@dataclass(frozen=True)
+class Forked:
+    """A job's child, killed, left to reap once the zygote has answered, and its scratch folder, removed
+    again then (against anything the child made while it was being killed)."""
+
+    pid: int
+    scratch: Path
+    reaped: bool
+
+    def clear(self) -> None:
+        """Kill what is left of the job, reap the child, remove its folder."""
+        if not self.reaped:
+            _kill_job(self.pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
 def main() -> None:
     """Serve jobs until end of stdin. Candidate code never runs in this process."""
+    undumpable()  # no job, though run by the same user, may open this process's memory and outlive itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the search's to handle; it ends us by EOF
     scratch_root = Path(os.environ.get("CRUCIBLE_SCRATCH_ROOT") or tempfile.gettempdir())
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -71,6 +94,7 @@ def main() -> None:
 
     worker.seed_numba_cache()
     warmed: set[str] = set()
+    gc.freeze()  # what the zygote holds is never collected in a child: those pages stay shared, not copied
     requests = os.fdopen(0, "rb", buffering=0)
     pending = bytearray()
     while True:
@@ -78,16 +102,17 @@ def main() -> None:
         if line is None:
             return
         request = json.loads(line)
-        warm = request.get("warm")
-        if warm is not None:
-            _warm(worker, Job.from_json(warm), warmed)
+        _warm(worker, Job.from_json(request["job"]), warmed)
         sweep = bool(request.get("sweep"))
         before = _disk(scratch_root) if sweep else {}
-        result = supervise(request, scratch_root)
+        result, forked = supervise(request, scratch_root)
         answers.write(json.dumps(result.to_json()) + "\n")
         answers.flush()
+        if forked is not None:  # after the answer: the caller need not wait for the child's teardown
+            forked.clear()
         if sweep:
             _kill_strays()
+            _reap()
             if _disk(scratch_root) != before:
                 return  # the job left something on the disk the next would share: a fresh container
 
@@ -104,7 +129,8 @@ def _disk(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def _kill_strays() -> None:
-    """Kill every process but this one and its ancestors (the container's init): what a job left behind."""
+    """Kill every process but this one and its ancestors (none where it is a container's pid 1): what a job
+    left behind."""
     keep = {os.getpid()}
     pid = os.getppid()
     while pid > 0 and pid not in keep:
@@ -117,6 +143,13 @@ def _kill_strays() -> None:
         if int(entry.name) not in keep:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _reap() -> None:
+    """Reap every ended child: as a container's pid 1 the zygote inherits what a job's processes forked."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _read_line(stream: Any, pending: bytearray) -> bytes | None:
@@ -132,26 +165,44 @@ def _read_line(stream: Any, pending: bytearray) -> bytes | None:
 
 
 def _warm(worker: Any, job: Job, warmed: set[str]) -> None:
-    """Run a trusted job here once per kind (target and instances): what every later child then has."""
+    """Run a trusted job like this one here, once per kind (target and instances): what every later child
+    then has. The trusted job is the target's first packaged baseline (never candidate code)."""
     kind = json.dumps([job.target, [i.to_json() for i in job.instances]], sort_keys=True)
     if kind in warmed:
         return
     warmed.add(kind)
-    worker.run(job)
-    worker.warm_tuner()
+    trusted = warming(job)
+    if trusted is not None:
+        worker.run(trusted)
+        worker.warm_tuner()
+        gc.freeze()
 
 
-def supervise(request: dict[str, Any], scratch_root: Path) -> Result:
-    """Fork a confined child for the job, watch it to its end, and classify how it ended."""
+def warming(job: Job) -> Job | None:
+    """The trusted job a zygote warms up on for jobs like this one: the target's first packaged baseline on
+    the same instances and limits; None where the target has none or does not load."""
+    try:
+        baseline = next(iter(targets.load(job.target).baselines().values()), None)
+    except (KeyError, ImportError):
+        return None
+    if baseline is None:
+        return None
+    return Job(job.target, baseline, job.instances, limits=job.limits)
+
+
+def supervise(request: dict[str, Any], scratch_root: Path) -> tuple[Result, Forked | None]:
+    """Fork a confined child for the job, watch it until its result or its end, and classify how it ended;
+    the child, killed by then, is left to clear."""
     job = Job.from_json(request["job"])
     limits = job.limits
     start = time.monotonic()
     try:
         scratch = Path(tempfile.mkdtemp(prefix="crucible-job-", dir=scratch_root))
     except OSError as exc:
-        return Result("crashed", f"cannot create a scratch folder: {exc}")
+        return Result("crashed", f"cannot create a scratch folder: {exc}"), None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    pid = 0
     try:
         pid = os.fork()
         if pid == 0:  # the child: confined before anything of the job is read, then the job
@@ -163,8 +214,9 @@ def supervise(request: dict[str, Any], scratch_root: Path) -> Result:
         for fd in (out_r, err_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        shutil.rmtree(scratch, ignore_errors=True)
-    return replace(classify(watched, limits), seconds=time.monotonic() - start)
+        shutil.rmtree(scratch, ignore_errors=True)  # the child is killed by now; cleared again once reaped
+    result = replace(classify(watched, limits), seconds=time.monotonic() - start)
+    return result, Forked(pid, scratch, reaped=watched.returncode is not None)
 
 
 def _child(request: dict[str, Any], scratch: Path, out_w: int, err_w: int) -> None:
@@ -234,6 +286,9 @@ def _watch(pid: int, out_fd: int, err_fd: int, deadline: float, output_cap: int)
                     break
             if orphaned:
                 break
+            if b"\n" in buffers[out_fd] and parse_result(bytes(buffers[out_fd])) is not None:
+                _kill_job(pid)  # its answer is complete: the rest of its exit is not waited for
+                return Watched(bytes(buffers[out_fd]), bytes(buffers[err_fd]), None, 0.0, "")
             if not exited and _exited(pid):
                 exited = True
                 _kill_job(pid)  # whatever it left behind in its group may still hold the pipes
@@ -295,7 +350,7 @@ def classify(watch: Watched, limits: Limits) -> Result:
         return Result("timeout", f"wall-clock limit of {limits.wall_s:g} s exceeded")
     if watch.killed_for == "output":
         return Result("crashed", f"output limit exceeded ({limits.output_kb} KB)")
-    code = watch.returncode
+    code = watch.returncode if watch.returncode is not None else 0
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and watch.cpu_s >= limits.cpu_s):
         return Result("timeout", f"CPU limit of {limits.cpu_s} s exceeded")
     if code == -signal.SIGKILL:

@@ -22,7 +22,7 @@ from sandbox.base import SandboxUnavailable
 from sandbox.docker import OWNER_LABEL, DockerSandbox
 from sandbox.image import LABEL
 from sandbox.job import Job, Limits, Result, Tuning
-from sandbox.process import ProcessSandbox, warming
+from sandbox.process import ProcessSandbox
 from targets.base import Instance
 
 pytestmark = pytest.mark.docker
@@ -150,13 +150,6 @@ def test_jobs_run_side_by_side_leave_as_many_warm_containers_serving_the_next(
         assert {c.id for c in _containers(box.client, mine)} == kept, "the same containers served them"
     finally:
         box.close()
-
-
-def test_a_container_warms_on_every_instance_of_its_job_with_a_packaged_baseline() -> None:
-    two = (*SMALL, Instance("gen:chat:1", {"capacity": 100}, role="eval"))
-    warm = Job.from_json(warming(Job("kv", "candidate source", two)))  # type: ignore[arg-type]
-    assert warm.instances == two  # a later instance left cold costs every job its first touch
-    assert warm.source in KV.baselines().values(), "never candidate code"
 
 
 def test_no_container_outlives_the_sandbox(docker_box: DockerSandbox) -> None:

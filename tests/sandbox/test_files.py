@@ -10,7 +10,7 @@ import pytest
 
 import targets
 from sandbox.docker import DockerSandbox
-from sandbox.files import absolute, read_files, relocated
+from sandbox.files import KnownFiles, absolute, read_files, relocated
 from sandbox.job import Job, Result
 from sandbox.process import ProcessSandbox
 from targets.base import Instance
@@ -79,14 +79,14 @@ def test_every_value_naming_a_file_the_job_reads_is_rewritten_and_nothing_else(
         "profile": "/in/mine.json",
         "note": "trace.jsonl is not a path here",
     }
-    (whole,) = absolute(job).instances
+    (whole,) = absolute(job, read_files(job)).instances
     assert (whole.workload, whole.config["profile"]) == tuple(str(p) for p in read_files(job))
 
 
 def test_generated_workloads_and_shipped_profile_names_are_no_files(tmp_path: Path) -> None:
     job = lru_job("gen:chat:1", profile="cpu-2core")
     assert read_files(job) == ()
-    assert absolute(job) == job
+    assert absolute(job, read_files(job)) == job
 
 
 @pytest.mark.docker
@@ -126,3 +126,18 @@ def test_a_profile_file_that_is_not_a_profile_is_reported_from_inside(
     result = docker_box.run(lru_job(str(small_trace(tmp_path / "trace.jsonl")), profile=str(broken)))
     assert result.status != "ok"
     assert f"{broken}: not a profile file" in result.message  # named as the user knows it
+
+
+def test_the_files_of_each_set_of_instances_are_found_once_per_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    known = KnownFiles()
+    for folder in ("a", "b"):
+        small_trace(tmp_path / folder / "trace.jsonl")
+    monkeypatch.chdir(tmp_path / "a")
+    job = lru_job("trace.jsonl")
+    assert known.of(job) == ((tmp_path / "a" / "trace.jsonl").resolve(),)
+    (tmp_path / "a" / "trace.jsonl").unlink()
+    assert known.of(job) == ((tmp_path / "a" / "trace.jsonl").resolve(),), "found once, not looked up again"
+    monkeypatch.chdir(tmp_path / "b")
+    assert known.of(job) == ((tmp_path / "b" / "trace.jsonl").resolve(),), "relative to where the search runs"

@@ -78,7 +78,9 @@ def _zygotes_and_jobs(search: subprocess.Popen[bytes]) -> set[int]:
     """The search's warm parents once each has forked a job: they and their jobs, all at once."""
     pids = _descendants(search.pid)
     commands = {pid: _command(pid) for pid in pids}
-    zygotes = {pid for pid, command in commands.items() if "sandbox.zygote" in command}
+    zygotes = {
+        pid for pid, command in commands.items() if "sandbox.zygote" in command and _parent(pid) == search.pid
+    }
     forked = {pid for pid in pids if _parent(pid) in zygotes}
     return pids if len(zygotes) == 2 and forked else set()
 

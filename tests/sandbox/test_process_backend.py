@@ -11,6 +11,7 @@ import pytest
 import targets
 from sandbox.job import Job, Limits, Result, Tuning
 from sandbox.process import ProcessSandbox
+from sandbox.zygote import warming
 from targets.base import Instance
 from verifiers.static import StaticError, check
 
@@ -109,3 +110,16 @@ def test_candidate_gets_a_private_home_removed_after_the_job(box: ProcessSandbox
     seen = dict(part.split("=", 1) for part in result.message.split()[1:])
     assert seen["home"] == seen["cwd"] != os.environ.get("HOME")
     assert not Path(seen["home"]).exists()  # the private temp dir is removed after the job
+
+
+def test_a_zygote_warms_on_every_instance_of_the_job_with_a_packaged_baseline() -> None:
+    two = (
+        Instance("gen:chat:1", {"capacity": 100, "requests": [0, 100]}),
+        Instance("gen:chat:1", {"capacity": 100}),
+    )
+    warm = warming(Job("kv", "candidate source", two))
+    assert warm is not None and warm.instances == two, (
+        "a later instance left cold costs every job its first touch"
+    )
+    assert warm.source in targets.load("kv").baselines().values(), "never candidate code"
+    assert warming(Job("no-such-target", "", two)) is None

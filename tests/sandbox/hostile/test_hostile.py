@@ -133,7 +133,8 @@ def test_the_hosts_environment_is_not_passed_in(box: Sandbox, monkeypatch: pytes
 
 
 def test_no_other_process_environment_can_be_read(box: Sandbox, request: pytest.FixtureRequest) -> None:
-    if on_process(box):
+    """Run as root, a job holds no capability, so it reads no other process's /proc/PID/environ."""
+    if on_process(box) and os.geteuid() != 0:
         request.applymarker(
             pytest.mark.xfail(
                 reason=f"{NO_FILES}: /proc/<pid>/environ of its processes is readable", strict=True
@@ -265,3 +266,26 @@ def test_a_job_that_exhausts_its_containers_pids_leaves_the_next_one_a_working_c
     assert result.message.startswith("SystemError: no more processes after"), result.message
     for _ in range(2):
         assert box.run(NEXT).instances[0].metrics == EXPECTED
+
+
+def test_a_job_cannot_write_into_its_warm_parent(box: Sandbox) -> None:
+    """The zygote that forks every job is not dumpable, and a job holds no capability even run as root: no
+    job may open the zygote's memory."""
+    reach = (
+        "import os\n"
+        "me = os.readlink('/proc/self')  # its pid as /proc numbers it, in whatever PID namespace\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        command = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if b'sandbox.zygote' in command and pid != me:\n"
+        "        try:\n"
+        "            open(f'/proc/{pid}/mem', 'r+b').close()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        raise SystemError(f'OPENED {pid}')\n"
+        "raise SystemError('none opened')\n"
+    )
+    result = contained(box, hostile(reach))
+    assert result.message == "SystemError: none opened", result.message
