@@ -58,11 +58,12 @@ def one_line(exc: BaseException) -> str:
     return text[:MESSAGE_CHARS]
 
 
-def run(job: Job) -> Result:
-    """Run a job in this process; a candidate's failure becomes a classified Result, never an exception."""
+def run(job: Job, loaded: Target | None = None) -> Result:
+    """Run a job in this process; a candidate's failure becomes a classified Result, never an exception.
+    `loaded` is the job's target where the caller has it already (a zygote loads each once)."""
     start = time.monotonic()
     try:
-        target = targets.load(job.target)
+        target = loaded if loaded is not None else targets.load(job.target)
     except (KeyError, ImportError) as exc:
         return Result("crashed", one_line(exc), seconds=time.monotonic() - start)
     status: Status = "ok"
@@ -242,14 +243,14 @@ def _silenced() -> Iterator[None]:
         os.close(devnull)
 
 
-def serve_one(job: Job) -> None:
+def serve_one(job: Job, loaded: Target | None = None) -> None:
     """Run the job in this (confined) process and write its result alone to stdout: noise from the
     candidate, numba or Optuna, even from native code, lands on stderr. The zygote's child calls this."""
     result_fd = os.dup(1)
     os.dup2(2, 1)
     os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
     worker = os.getpid()
-    result = run(job)
+    result = run(job, loaded)
     if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us
         os._exit(1)
     with os.fdopen(result_fd, "w", encoding="utf-8") as out:

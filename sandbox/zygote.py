@@ -38,11 +38,12 @@ import sys
 import tempfile
 import termios
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import targets
+from targets.base import Target
 
 from .confine import confine, die_with_parent, undumpable
 from .job import Job, Limits, Result
@@ -93,7 +94,7 @@ def main() -> None:
     from . import worker  # imported once here: every child has it
 
     worker.seed_numba_cache()
-    warmed: set[str] = set()
+    warm = Warm(worker)
     gc.freeze()  # what the zygote holds is never collected in a child: those pages stay shared, not copied
     requests = os.fdopen(0, "rb", buffering=0)
     pending = bytearray()
@@ -102,10 +103,11 @@ def main() -> None:
         if line is None:
             return
         request = json.loads(line)
-        _warm(worker, Job.from_json(request["job"]), warmed)
+        job = Job.from_json(request["job"])
+        warm.up(job)
         sweep = bool(request.get("sweep"))
         before = _disk(scratch_root) if sweep else {}
-        result, forked = supervise(request, scratch_root)
+        result, forked = supervise(request, warm.target(job.target), scratch_root)
         answers.write(json.dumps(result.to_json()) + "\n")
         answers.flush()
         if forked is not None:  # after the answer: the caller need not wait for the child's teardown
@@ -164,33 +166,51 @@ def _read_line(stream: Any, pending: bytearray) -> bytes | None:
     return line
 
 
-def _warm(worker: Any, job: Job, warmed: set[str]) -> None:
-    """Run a trusted job like this one here, once per kind (target and instances): what every later child
-    then has. The trusted job is the target's first packaged baseline (never candidate code)."""
-    kind = json.dumps([job.target, [i.to_json() for i in job.instances]], sort_keys=True)
-    if kind in warmed:
-        return
-    warmed.add(kind)
-    trusted = warming(job)
-    if trusted is not None:
-        worker.run(trusted)
-        worker.warm_tuner()
-        gc.freeze()
+@dataclass
+class Warm:
+    """What the zygote has loaded and warmed, which every child it forks then has: each target, loaded once,
+    and each kind of job (target and instances), run once as a trusted job (kernels compiled, traces
+    parsed, Optuna's lazy parts imported)."""
+
+    worker: Any
+    targets: dict[str, Target | None] = field(default_factory=dict)
+    kinds: set[str] = field(default_factory=set)
+
+    def target(self, name: str) -> Target | None:
+        """The target, loaded once; None where it does not load (the child then says why)."""
+        if name not in self.targets:
+            try:
+                self.targets[name] = targets.load(name)
+            except (KeyError, ImportError):
+                self.targets[name] = None
+        return self.targets[name]
+
+    def up(self, job: Job) -> None:
+        """Run a trusted job like this one, once per kind."""
+        kind = json.dumps([job.target, [i.to_json() for i in job.instances]], sort_keys=True)
+        if kind in self.kinds:
+            return
+        self.kinds.add(kind)
+        target = self.target(job.target)
+        trusted = warming(job, target) if target is not None else None
+        if trusted is not None:
+            self.worker.run(trusted, target)
+            self.worker.warm_tuner()
+            gc.freeze()
 
 
-def warming(job: Job) -> Job | None:
+def warming(job: Job, target: Target) -> Job | None:
     """The trusted job a zygote warms up on for jobs like this one: the target's first packaged baseline on
-    the same instances and limits; None where the target has none or does not load."""
-    try:
-        baseline = next(iter(targets.load(job.target).baselines().values()), None)
-    except (KeyError, ImportError):
-        return None
+    the same instances and limits (never candidate code); None where the target has none."""
+    baseline = next(iter(target.baselines().values()), None)
     if baseline is None:
         return None
     return Job(job.target, baseline, job.instances, limits=job.limits)
 
 
-def supervise(request: dict[str, Any], scratch_root: Path) -> tuple[Result, Forked | None]:
+def supervise(
+    request: dict[str, Any], target: Target | None, scratch_root: Path
+) -> tuple[Result, Forked | None]:
     """Fork a confined child for the job, watch it until its result or its end, and classify how it ended;
     the child, killed by then, is left to clear."""
     job = Job.from_json(request["job"])
@@ -206,7 +226,7 @@ def supervise(request: dict[str, Any], scratch_root: Path) -> tuple[Result, Fork
     try:
         pid = os.fork()
         if pid == 0:  # the child: confined before anything of the job is read, then the job
-            _child(request, scratch, out_w, err_w)
+            _child(request, target, scratch, out_w, err_w)
         os.close(out_w)
         os.close(err_w)
         watched = _watch(pid, out_r, err_r, start + limits.wall_s, limits.output_kb * 1024)
@@ -219,7 +239,7 @@ def supervise(request: dict[str, Any], scratch_root: Path) -> tuple[Result, Fork
     return result, Forked(pid, scratch, reaped=watched.returncode is not None)
 
 
-def _child(request: dict[str, Any], scratch: Path, out_w: int, err_w: int) -> None:
+def _child(request: dict[str, Any], target: Target | None, scratch: Path, out_w: int, err_w: int) -> None:
     """In the forked child: never returns."""
     try:
         os.setsid()  # its own group: the zygote kills it whole, and no signal of the terminal reaches it
@@ -238,7 +258,7 @@ def _child(request: dict[str, Any], scratch: Path, out_w: int, err_w: int) -> No
         confine(request["rlimits"], int(request["unshare"]))
         from .worker import serve_one
 
-        serve_one(Job.from_json(request["job"]))
+        serve_one(Job.from_json(request["job"]), target)
         os._exit(0)
     except BaseException:  # nothing of the zygote's may run on in a child: any failure ends it here
         with contextlib.suppress(Exception):

@@ -117,9 +117,8 @@ def test_a_zygote_warms_on_every_instance_of_the_job_with_a_packaged_baseline() 
         Instance("gen:chat:1", {"capacity": 100, "requests": [0, 100]}),
         Instance("gen:chat:1", {"capacity": 100}),
     )
-    warm = warming(Job("kv", "candidate source", two))
+    warm = warming(Job("kv", "candidate source", two), targets.load("kv"))
     assert warm is not None and warm.instances == two, (
         "a later instance left cold costs every job its first touch"
     )
     assert warm.source in targets.load("kv").baselines().values(), "never candidate code"
-    assert warming(Job("no-such-target", "", two)) is None
