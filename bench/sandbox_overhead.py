@@ -14,8 +14,10 @@ included), then the recorded jobs replayed on each backend in three cadences (th
 a batch, and the median of each batch's ratio to the same batch in-process): one at a time back to back;
 `workers` side by side back to back (the loop's batches, with no proposer's pause); and `workers` side by
 side `--gap` seconds apart (a proposer, such as an LLM, that takes that long per batch), the backends taking
-turns batch by batch so that other work on the machine hits all alike. Last, docker's overhead per typical
-job in one line. The load average before and after says how much other work there was.
+turns batch by batch so that other work on the machine hits all alike; each replayed job's source gets a
+fresh comment, so that no backend has compiled it before, as a search's new candidate is new to all. Last,
+docker's overhead per typical job in one line. The load average before and after says how much other
+work there was.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -200,20 +203,30 @@ def _replay(
     With a gap the backends take turns batch by batch, so the load of a shared machine hits all alike;
     back to back each runs all its batches in a row, so each backend's warm parents stay its own.
     """
-    batches = [jobs[first : first + side_by_side] for first in range(0, len(jobs), side_by_side)]
     per_job: dict[str, list[float]] = {name: [] for name in backends}
     with ThreadPoolExecutor(side_by_side) as pool:
         if gap:
             for box in backends.values():
                 box.run(jobs[0])  # the page cache and each backend's warm parent
-            for batch in batches:
+            for first in range(0, len(jobs), side_by_side):
                 for name, box in backends.items():
-                    per_job[name].append(_batch(pool, box.run, batch, gap))
+                    per_job[name].append(
+                        _batch(pool, box.run, _unseen(jobs[first : first + side_by_side]), gap)
+                    )
         else:
             for name, box in backends.items():
                 box.run(jobs[0])
-                per_job[name] = [_batch(pool, box.run, batch, gap) for batch in batches]
+                per_job[name] = [
+                    _batch(pool, box.run, _unseen(jobs[first : first + side_by_side]), gap)
+                    for first in range(0, len(jobs), side_by_side)
+                ]
     return per_job
+
+
+def _unseen(batch: Sequence[Job]) -> list[Job]:
+    """The jobs with a comment no run has had: a warm in-process worker compiles each candidate once and
+    keeps it, so a job it ran before would come back free, as no new candidate of a search does."""
+    return [replace(job, source=f"{job.source}\n# replayed {uuid.uuid4().hex}") for job in batch]
 
 
 def _batch(
