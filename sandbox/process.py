@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from .base import SandboxUnavailable
 from .files import KnownFiles, absolute
 from .job import Job, Limits, Result
 from .outcome import STDERR_TAIL, last_line, parse_result
@@ -46,36 +45,22 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 """One job is one core: thread pools would fight RLIMIT_NPROC and reserve address space per thread."""
 
 
-def default_cache_dir() -> Path:
-    """Numba's cache persists here across jobs, so compiled kernels load instead of recompiling."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "crucible" / "numba"
-
-
 @dataclass
 class ProcessSandbox:
     """Jobs in children of warm zygotes: rlimits, scrubbed environment, private scratch, no network where
     permitted. It pickles (a cluster's workers get their own zygotes)."""
 
-    cache_dir: Path = field(default_factory=default_cache_dir)
     name: ClassVar[str] = "process"
 
     def __post_init__(self) -> None:
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SandboxUnavailable(
-                f"cannot create the numba cache {self.cache_dir}: {exc.strerror}; pass another cache_dir"
-            ) from None
         self._zygotes = _Zygotes(self._environment())
         self._files = KnownFiles()
         weakref.finalize(self, self._zygotes.close)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cache_dir": self.cache_dir}
+        return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.cache_dir = state["cache_dir"]
         self.__post_init__()
 
     def close(self) -> None:
@@ -112,9 +97,7 @@ class ProcessSandbox:
     def run(self, job: Job) -> Result:
         """Run the job in a child of a warm zygote and classify how it ended; never raises."""
         start = time.monotonic()
-        sent = absolute(
-            job, self._files.of(job)
-        )  # the child runs in its scratch folder: the files it reads by absolute paths
+        sent = absolute(job, self._files.of(job))  # the child runs in its scratch folder, away from here
         request = {
             "job": sent.to_json(),
             "env": self._environment(),
@@ -125,12 +108,14 @@ class ProcessSandbox:
         return replace(result, backend=self.name, seconds=time.monotonic() - start)
 
     def _environment(self) -> dict[str, str]:
-        """What a zygote and its children see of the environment: of the user's, only PYTHONPATH."""
+        """What a zygote and its children see of the environment: of the user's, only PYTHONPATH and
+        numba's cache setting (so the zygotes load the kernels the search compiled, and the reverse)."""
+        cache = {k: v for k, v in os.environ.items() if k == "NUMBA_CACHE_DIR"}
         return {
             "PATH": os.defpath,
             # the user's PYTHONPATH after ours: a target a package there declares must load in the child too
             "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))),
-            "NUMBA_CACHE_DIR": str(self.cache_dir),
+            **cache,
             "LANG": "C.UTF-8",
             **dict.fromkeys(THREAD_VARIABLES, "1"),
         }

@@ -12,7 +12,6 @@ import random
 import re
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -38,11 +37,6 @@ DENIED_ERRNOS = frozenset(
 BEHAVIOUR_DRAWS = 3
 """Seeded points of the PARAMS ranges a behaviour is measured at, besides the defaults: programs that rank
 alike at their defaults only (a weight on a term that is 0 by default) stay apart."""
-
-
-def numba_cache_dir() -> Path:
-    """A writable place for numba's on-disk cache when the backend named none."""
-    return Path(tempfile.gettempdir()) / "crucible-numba"
 
 
 def seed_numba_cache() -> None:
@@ -248,7 +242,6 @@ def serve_one(job: Job, loaded: Target | None = None) -> None:
     candidate, numba or Optuna, even from native code, lands on stderr. The zygote's child calls this."""
     result_fd = os.dup(1)
     os.dup2(2, 1)
-    os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
     worker = os.getpid()
     result = run(job, loaded)
     if os.getpid() != worker:  # a process the candidate forked came back here: it must not speak for us

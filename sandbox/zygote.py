@@ -38,6 +38,7 @@ import sys
 import tempfile
 import termios
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -194,9 +195,26 @@ class Warm:
         target = self.target(job.target)
         trusted = warming(job, target) if target is not None else None
         if trusted is not None:
-            self.worker.run(trusted, target)
+            with _one_warming_at_a_time():
+                self.worker.run(trusted, target)
             self.worker.warm_tuner()
             gc.freeze()
+
+
+@contextlib.contextmanager
+def _one_warming_at_a_time() -> Iterator[None]:
+    """Hold a lock in the temp folder while warming: with numba's cache cold, the first zygote compiles the
+    kernels and the others wait and load them, instead of every zygote compiling them at once."""
+    try:
+        fd = os.open(Path(tempfile.gettempdir()) / "crucible-warming.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        yield  # no lock to be had here: warm all the same
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def warming(job: Job, target: Target) -> Job | None:
