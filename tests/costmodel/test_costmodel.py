@@ -161,7 +161,7 @@ def test_the_h100_profile_prices_projections_and_nccl_but_refuses_to_invent_atte
 
 
 def test_an_unreadable_profile_is_one_clear_error(tmp_path) -> None:
-    with pytest.raises(ProfileError, match="cannot read"):
+    with pytest.raises(ProfileError, match="no such profile file; shipped profiles: cpu-2core"):
         load_profile(str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{}")

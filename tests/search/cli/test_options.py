@@ -102,9 +102,9 @@ def test_targets_show_lists_options_features_metrics_and_baselines(
         "default": 2048,
         "doc": "KV cache capacity in blocks",
         "low": 1,
-        "high": None,
+        "high": 10**12,
         "choices": [],
-        "allowed": "[1, inf]",
+        "allowed": "[1, 1e+12]",
         "flag": "",
     }
     assert shown["objective"] == {"metric": "slo_attainment", "direction": "maximize"}
