@@ -3,11 +3,11 @@
 Every import statement of every module of the five packages counts, those inside functions too (a lazy
 import is still a dependency), with relative imports resolved. The rules:
 ui -> search; search -> sandbox, targets, verifiers; sandbox -> targets, verifiers; targets -> verifiers;
-verifiers -> none of ours. Inside targets/, the shared parts (base.py, reference_engine/, costmodel/ and the
-other modules beside base.py) import no target; a target reuses another's mechanism only through its public
-names (kv-tiered the kv prefix cache's parts, batching-capacity the batching target), never a private one;
-and nothing outside targets/ imports a target, the registration in targets/__init__.py aside. Inside search/,
-the layers run one way (LAYERS), and the UI reaches search only through the run service.
+verifiers -> none of ours. Inside targets/, the shared parts (base.py, reference_engine/, costmodel/,
+deployments/ and the other modules beside base.py) import no target; a target reuses another's mechanism only
+through its public names (kv-tiered the kv prefix cache's parts, batching-capacity the batching target),
+never a private one; and nothing outside targets/ imports a target, the registration in targets/__init__.py
+aside. Inside search/, the layers run one way (LAYERS); the UI reaches search only through the run service.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "targets": {"verifiers"},
     "verifiers": set(),
 }
-SHARED_TARGET_PARTS = {"reference_engine", "costmodel"}
+SHARED_TARGET_PARTS = {"reference_engine", "costmodel", "deployments"}
 """Folders of targets/ that are the shared mechanism, not a target."""
 REGISTRY = "targets"
 """targets/__init__.py registers the targets by name, so it alone may import them from outside."""
@@ -42,6 +42,7 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     ("search.settings", "search.proposers", "the proposer registry supplies its own setting"),
     ("search.proposers", "search.settings", "a proposer declares its settings as Options"),
     ("targets.costmodel", "targets.reference_engine", "the engine is measured into the cost model's format"),
+    ("targets.costmodel", "targets.deployments", "a deployment is priced with the cost model, not inside it"),
     ("search.ci", "search.loop", "the CI job drives runs through the service"),
     ("search.ci", "search.proposers.llm", "the CI job gets models from the proposer registry"),
 )

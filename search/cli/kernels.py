@@ -39,7 +39,13 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
     p.add_argument("--repeats", type=int, default=7, help="timed runs per shape (the median is kept)")
     p.add_argument("--block", type=int, default=8, help="KV block size in tokens of the attention kernels")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back split")
-    p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured H100 CSVs instead")
+    p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured GPU CSVs instead")
+    p.add_argument(
+        "--vidur-set",
+        default="h100-vidur",
+        help="which of Vidur's CSVs make the profile: h100-vidur (Llama-2-7B on the H100), "
+        "h100-vidur-llama2 (Llama-2-7B and -70B), a100-vidur-llama3 (Llama-3-8B and -70B on the A100)",
+    )
     p.add_argument("--json", action="store_true", help="the profile's summary as JSON on stdout")
     p.set_defaults(handler=profile)
 
@@ -60,7 +66,7 @@ def profile(args: argparse.Namespace) -> None:
         if args.from_vidur:
             from targets.costmodel.vidur import import_vidur
 
-            result = import_vidur(args.from_vidur, seed=args.seed)
+            result = import_vidur(args.from_vidur, seed=args.seed, name=args.vidur_set)
         else:
             require("crucible profile", ("torch",))
             import torch

@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("search.cli.evaluate", "prove a heuristic's properties with Z3 (exit 1 if a hard one fails)"),
     "runs": ("search.cli.runs", "inspect, stop and export stored runs"),
     "targets": ("search.cli.targets", "the targets: their options, features, metrics and baselines"),
+    "deployments": (
+        "search.cli.deployments",
+        "the GPU deployments LLM targets price on: memory, costs, sources",
+    ),
     "profile": ("search.cli.kernels", "measure kernel times with PyTorch and fit the cost model"),
     "validate": ("search.cli.kernels", "rank policies in the simulator and in the real engine, side by side"),
     "sandbox": ("search.cli.sandbox", "build the Docker sandbox image; check which backends work here"),

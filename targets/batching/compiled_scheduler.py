@@ -39,6 +39,7 @@ class Pricing:
     decode: np.ndarray  # attn_decode's coefficients inside a pass (launch, sequences, kv_elements)
     layers: float
     width: float  # heads x head_dim
+    floor: tuple[float, float] = (0.0, 0.0)  # CostModel.streaming: no iteration beats its bytes at HBM speed
 
     @classmethod
     def of(cls, model: CostModel, max_tokens: int, max_sequences: int) -> Pricing:
@@ -49,13 +50,18 @@ class Pricing:
             decode=np.array(model.in_pass("attn_decode").coef, dtype=np.float64),
             layers=float(model.model.layers),
             width=float(model.model.heads) * float(model.model.head_dim),
+            floor=model.streaming,
         )
 
     def iteration_ms(self, starts: np.ndarray, tokens: np.ndarray) -> float:
         """One iteration's milliseconds: rows computing `tokens[i]` tokens from position `starts[i]`."""
         starts, tokens = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(tokens, np.int64)
-        args = (self.linear, self.head, self.prefill, self.decode, self.layers, self.width)
+        args = (self.linear, self.head, self.prefill, self.decode, self.layers, self.width, *self.floor)
         return float(_price(starts, tokens, tokens.size, *args, np.zeros(tokens.size)))
+
+    def shape(self) -> np.ndarray:
+        """The scalars the compiled loop reads: layers, query width, and the floor's two coefficients."""
+        return np.array([self.layers, self.width, *self.floor])
 
 
 @njit(cache=True)
@@ -124,11 +130,12 @@ def _attn_prefill(coef, width, q, ctx):
 
 
 @njit(cache=True)
-def _price(starts, tokens, rows, linear, head, prefill, decode, layers, width, chunk_ms):
+def _price(starts, tokens, rows, linear, head, prefill, decode, layers, width, weights_ms, key_ms, chunk_ms):
     """An iteration's milliseconds, as PricedExecutor prices it (rows of one token are decodes)."""
-    total, decodes, contexts, chunks = 0, 0, 0, 0
+    total, decodes, contexts, chunks, read = 0, 0, 0, 0, 0
     for i in range(rows):
         total += tokens[i]
+        read += starts[i] + tokens[i]
         if tokens[i] > 1:
             chunk_ms[chunks] = layers * _attn_prefill(prefill, width, float(tokens[i]), float(starts[i]))
             chunks += 1
@@ -141,6 +148,8 @@ def _price(starts, tokens, rows, linear, head, prefill, decode, layers, width, c
         ms += layers * ((decode[0] + decodes * decode[1]) + width * keys * decode[2])
     if chunks > 0:
         ms += _pairwise_sum(chunk_ms, chunks)
+    if weights_ms > 0:
+        ms = max(ms, weights_ms + key_ms * float(read))
     return ms
 
 
@@ -170,7 +179,7 @@ def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, 
     preempted = np.zeros(n, dtype=np.int64)
     live = np.zeros(n, dtype=np.int64)
     chunk_ms = np.zeros(budget)
-    layers, width = shape[0], shape[1]
+    layers, width, weights_ms, key_ms = shape[0], shape[1], shape[2], shape[3]
     now, free = 0.0, int(setting[0])
     count, arrived, iterations, logged = 0, 0, 0, 0
     while now < horizon:
@@ -192,7 +201,10 @@ def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, 
                 raise RuntimeError("the scheduler is stuck: live requests, none schedulable")
             continue
         logged = _record(log, logged, iterations, rows_out, rows, preempted, lost)
-        ms = _price(rows_out[1], rows_out[2], rows, linear, head, prefill, decode, layers, width, chunk_ms)
+        ms = _price(
+            rows_out[1], rows_out[2], rows, linear, head, prefill, decode, layers, width, weights_ms, key_ms,
+            chunk_ms,
+        )  # fmt: skip
         now += ms / 1e3
         free = commit(S, rows_out[0], rows_out[2], rows, now, free)
         iterations += 1
@@ -259,7 +271,7 @@ def _replay(
         raise ValueError("the pricing tables are smaller than the limits' token budget or sequences")
     S = initial_state(requests)
     setting = limits.setting(slo_s)
-    shape = np.array([pricing.layers, pricing.width])
+    shape = pricing.shape()
     log = np.zeros((capacity, len(DECISION_COLUMNS)), dtype=np.int64)
     iterations, end, needed = compiled_serve()(
         CompiledKey(key),

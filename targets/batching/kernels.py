@@ -11,16 +11,18 @@ import numpy as np
 from targets.base import WorkloadError
 from targets.costmodel.model import DEFAULT_PROFILE, CostModel, ProfileError, pass_speed
 from targets.costmodel.shapes import MODELS
+from targets.deployments.catalog import CPU, deployment
 
 from .scheduler import Batch, Executor, Limits
 from .trace import Requests
 
 
 @functools.lru_cache(maxsize=4)
-def cost_model(profile: str = DEFAULT_PROFILE) -> CostModel:
-    """The cost model of a profile, checked once per process to answer iteration questions."""
+def cost_model(profile: str = DEFAULT_PROFILE, on: str = CPU) -> CostModel:
+    """The cost model of a GPU deployment `on`, or on the CPU of a profile, checked once per process to
+    answer iteration questions."""
     try:
-        model = CostModel.load(profile)
+        model = CostModel.load(profile) if on == CPU else deployment(on).cost_model()
         model.iteration_ms([2], [1], [1])
     except ProfileError as exc:
         raise WorkloadError(str(exc)) from None  # it names the profile already
@@ -46,6 +48,8 @@ class PricedExecutor:
         ms = self.linear[tokens] + self.head[batch.ids.size] + self.model.attn_decode_ms(decodes)
         if chunk.any():
             ms += float(np.sum(self.model.attn_prefill_ms(batch.tokens[chunk], batch.starts[chunk])))
+        if self.model.streaming[0] > 0:  # on a GPU: no faster than its weights and keys read from HBM
+            ms = max(ms, float(self.model.floor_ms(float(batch.starts.sum() + batch.tokens.sum()))))
         return float(ms)
 
 

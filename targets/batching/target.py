@@ -24,6 +24,7 @@ from targets.base import (
     request_window,
 )
 from targets.costmodel.model import DEFAULT_PROFILE, SHIPPED
+from targets.deployments.catalog import CPU, SERVING, deployment
 from targets.export import Export
 from targets.trace_files import parsed
 from verifiers.compiler import param_vector, to_numba
@@ -71,11 +72,42 @@ DEFAULTS: dict[str, Any] = {
     "ttft_slo_s": 5.0,
     "tpot_slo_s": 0.1,
 }
-"""The shipped configuration: KV blocks of 16 tokens (vLLM's), a 2,048-token budget (vLLM V1's online
-default), and a load at which the tiny model on the measured 2-core profile queues and preempts."""
+"""The shipped configuration on the CPU: KV blocks of 16 tokens (vLLM's), a 2,048-token budget (vLLM V1's
+online default), and a load at which the tiny model on the measured 2-core profile queues and preempts."""
+ON_GPU: dict[str, Any] = {"load": 3.0, "ttft_slo_s": 1.0, "tpot_slo_s": 0.05}
+"""What changes on a GPU deployment: an interactive SLO (time to first token 1 s, 50 ms a token, as chat
+services target), and a load just past the capacity of every baseline on h100-llama3-8b and the shipped
+trace (about 2.7; SRPT and FCFS meet the SLOs for 72 % of requests there); the KV capacity is the blocks
+that fit on the GPU (Deployment.kv_blocks)."""
+PER_DEPLOYMENT = ("load", "capacity", "ttft_slo_s", "tpot_slo_s")
+"""Options whose default depends on the deployment: set, they hold on every deployment."""
+DEPLOYMENT = Option(
+    "deployment",
+    "str",
+    CPU,
+    "the model and GPUs that price each iteration (`crucible deployments` lists them); cpu: the tiny model "
+    "on the CPU profile `profile`, as the reference engine runs it",
+    choices=(CPU, *SERVING),
+)
 OPTIONS = (
-    Option("load", "float", DEFAULTS["load"], "arrivals as many times as dense as the trace's", low=0.001),
-    Option("capacity", "int", DEFAULTS["capacity"], "KV cache capacity in blocks", low=1, high=MOST),
+    DEPLOYMENT,
+    Option(
+        "load",
+        "float",
+        None,
+        f"arrivals as many times as dense as the trace's (default {DEFAULTS['load']:g} on the cpu, "
+        f"{ON_GPU['load']:g} on a GPU deployment)",
+        low=0.001,
+    ),
+    Option(
+        "capacity",
+        "int",
+        None,
+        f"KV cache capacity in blocks (default {DEFAULTS['capacity']} on the cpu; on a GPU deployment the "
+        "blocks that fit beside the weights and activations)",
+        low=1,
+        high=MOST,
+    ),
     Option("block_tokens", "int", DEFAULTS["block_tokens"], "tokens per KV block", low=1, high=MOST),
     Option(
         "token_budget",
@@ -95,13 +127,28 @@ OPTIONS = (
         high=MOST,
         tune=(1, 1024),
     ),
-    Option("ttft_slo_s", "float", DEFAULTS["ttft_slo_s"], "time-to-first-token SLO in seconds", low=0.0),
-    Option("tpot_slo_s", "float", DEFAULTS["tpot_slo_s"], "time-per-output-token SLO in seconds", low=0.0),
+    Option(
+        "ttft_slo_s",
+        "float",
+        None,
+        f"time-to-first-token SLO in seconds (default {DEFAULTS['ttft_slo_s']:g} on the cpu, "
+        f"{ON_GPU['ttft_slo_s']:g} on a GPU deployment)",
+        low=0.0,
+    ),
+    Option(
+        "tpot_slo_s",
+        "float",
+        None,
+        f"time-per-output-token SLO in seconds (default {DEFAULTS['tpot_slo_s']:g} on the cpu, "
+        f"{ON_GPU['tpot_slo_s']:g} on a GPU deployment)",
+        low=0.0,
+    ),
     Option(
         "profile",
         "path",
         DEFAULT_PROFILE,
-        "kernel profile that prices each iteration: a shipped one or a file written by `crucible profile`",
+        "kernel profile that prices each iteration on the cpu: a shipped one or a file written by "
+        "`crucible profile`",
         choices=SHIPPED,
     ),
     Option(
@@ -164,7 +211,7 @@ class BatchingTarget(TargetBase):
         return REQUEST_FEATURES
 
     def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
-        config = {**DEFAULTS, **config}
+        config = configured(config)
         if isinstance(config.get("requests"), str):
             config["requests"] = list(request_window(config["requests"], load_workload(workload).n))
         for name in ("capacity", "block_tokens", "token_budget", "max_seqs"):
@@ -173,9 +220,10 @@ class BatchingTarget(TargetBase):
                 raise WorkloadError(f"{name} must be a positive whole number up to {MOST:.0e}, got {value!r}")
         requests = instance_requests(Instance(workload, config))  # a bad trace or size fails here
         instance_limits(Instance(workload, config))
-        cost_model(str(config.get("profile", DEFAULT_PROFILE)))
+        priced_by(config)
         cut = max(1, int(requests.n * float(config.get("train_share", 0.3))))
-        name = f"{Path(workload).name}@{config['capacity']}x{config['load']:g}"
+        on = "" if config["deployment"] == CPU else f"{config['deployment']}:"
+        name = f"{Path(workload).name}@{on}{config['capacity']}x{config['load']:g}"
         return [
             Instance(workload, {**config, "requests": _window(config, 0, cut)}, f"{name}[:{cut}]", "train"),
             Instance(workload, config, name, "eval"),
@@ -236,7 +284,7 @@ class BatchingTarget(TargetBase):
     ) -> dict[str, float]:
         requests, limits = instance_requests(instance), instance_limits(instance, budget)
         slo = slo_s(instance)
-        model = cost_model(str(instance.config.get("profile", DEFAULT_PROFILE)))
+        model = priced_by(instance.config)
         pricing = Pricing.of(model, limits.token_budget, limits.max_seqs)
         metrics = serving_metrics(simulate(instance, requests, limits, key, params, pricing), slo)
         engine = instance.config.get("engine")
@@ -249,6 +297,26 @@ class BatchingTarget(TargetBase):
             measured = serving_metrics(run(instance, requests, limits, key, params, executor), slo)
             metrics |= {f"engine_{k}": v for k, v in measured.items()}
         return metrics
+
+
+def configured(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with every default filled in: the cpu's, or a GPU deployment's (ON_GPU, and the KV
+    blocks that fit on it at the block size, token budget and batch size chosen)."""
+    config = {"deployment": CPU, **config}
+    on = DEPLOYMENT.check(config["deployment"])
+    if on == CPU:
+        return {**DEFAULTS, **config}
+    filled = {**DEFAULTS, **ON_GPU, **config}
+    if "capacity" not in config:
+        sizes = (filled["block_tokens"], filled["token_budget"], filled["max_seqs"])
+        if all(isinstance(x, int) and 1 <= x <= MOST for x in sizes):  # else instances() says which is bad
+            filled["capacity"] = deployment(on).kv_blocks(*sizes)
+    return filled
+
+
+def priced_by(config: Mapping[str, Any]) -> Any:
+    """The cost model that prices an instance's iterations: its deployment's, or on the cpu its profile's."""
+    return cost_model(str(config.get("profile", DEFAULT_PROFILE)), str(config.get("deployment", CPU)))
 
 
 def swept_capacity(

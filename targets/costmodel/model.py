@@ -101,6 +101,8 @@ by the fits above, take ops_ms: those operators as they run inside the pass (a f
 pass's own work outside any of them (per pass, per token, per sequence), fitted to timed whole passes."""
 PASS = "forward"
 """The operator fitted over whole forward passes rather than one kernel; measured after the others."""
+BF16_BYTES = 2
+"""Bytes of one activation value where a GPU deployment all-reduces them (BF16, as the engines serve)."""
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "send_recv")
 """Collectives, each fitted per group size over the message size in bytes (launch + bytes)."""
@@ -271,11 +273,20 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
-SHIPPED = ("cpu-2core", "h100-vidur", "cpu-2core-busy", "cpu-2core-passes")
+SHIPPED = (
+    "cpu-2core",
+    "h100-vidur",
+    "cpu-2core-busy",
+    "cpu-2core-passes",
+    "h100-vidur-llama2",
+    "a100-vidur-llama3",
+)
 """Profiles shipped in targets/costmodel/profiles/: this kind of 2-core CPU, measured by `crucible profile`
 on an idle machine before whole passes were timed; the H100 from Vidur's measured operator and NCCL
-timings; the 2-core CPU measured with timed passes while other jobs ran; and the same idle, with timed
-passes (the profile the batching validation prices with by default)."""
+timings; the 2-core CPU measured with timed passes while other jobs ran; the same idle, with timed
+passes (the profile the batching validation prices with by default); and the GPU deployments' operator
+profiles, Vidur's H100 Llama-2-7B and -70B and A100 Llama-3-8B and -70B operators, one fit per GPU
+(targets/costmodel/vidur.py, targets/deployments/)."""
 DEFAULT_PROFILE = "cpu-2core"
 
 
@@ -325,10 +336,18 @@ def load_profile(name_or_path: str) -> Profile:
 
 @dataclass(frozen=True)
 class CostModel:
-    """The times the simulators read: prefill, a decode iteration, a collective; composed per layer."""
+    """The times the simulators read: prefill, a decode iteration, a collective; composed per layer.
+
+    On a GPU deployment (targets/deployments/) `model` is one GPU's share of a tensor-parallel group, each
+    layer's two all-reduces count in linear_ms, and no iteration is faster than streaming the GPU's weights
+    and the keys and values it reads from HBM (`streaming`); on a CPU profile both are off."""
 
     profile: Profile
     model: ModelShape
+    tensor_parallel: int = 1
+    streaming: tuple[float, float] = (0.0, 0.0)
+    """The bytes-bound floor of an iteration: ms to read the weights, and ms per cached key (keys and
+    values of one token in every layer) the iteration reads."""
 
     @classmethod
     def load(cls, profile: str = DEFAULT_PROFILE, model: ModelShape | None = None) -> CostModel:
@@ -424,10 +443,21 @@ class CostModel:
 
     def linear_ms(self, tokens: Any) -> np.ndarray:
         """A pass's work that grows with its `tokens` tokens (arrays broadcast): every layer's norms,
-        projections and MLP, and the pass's own per-token work."""
+        projections and MLP, the all-reduces after attention and after the MLP under tensor parallelism,
+        and the pass's own per-token work."""
         scale, _, token, _ = self._pass()
         t = np.asarray(tokens, dtype=np.float64)
-        return scale * self.model.layers * self._layer_linear(t) + token * t
+        ms = scale * self.model.layers * self._layer_linear(t) + token * t
+        if self.tensor_parallel > 1:
+            reduce = self.profile.collectives["all_reduce"][self.tensor_parallel]
+            values = np.maximum(t, 1.0) * self.model.hidden * BF16_BYTES
+            ms = ms + np.where(t > 0, 2 * self.model.layers * reduce.predict(bytes=values), 0.0)
+        return ms
+
+    def floor_ms(self, keys: Any) -> np.ndarray:
+        """The least an iteration reading `keys` cached keys takes: its bytes at the GPU's bandwidth."""
+        weights, per_key = self.streaming
+        return weights + per_key * np.asarray(keys, dtype=np.float64)
 
     def head_ms(self, rows: Any) -> np.ndarray:
         """A pass's work per pass and per sequence, for `rows` sequences (arrays broadcast): the final norm
@@ -469,6 +499,11 @@ class CostModel:
             return 0.0
         tokens = float(np.sum(new_tokens)) + len(decode_contexts)
         prefill = float(np.sum(self.attn_prefill_ms(np.asarray(new_tokens), np.asarray(cached_tokens))))
-        return float(
+        ms = float(
             self.linear_ms(tokens) + prefill + self.attn_decode_ms(decode_contexts) + self.head_ms(sequences)
         )
+        if self.streaming[0] <= 0:
+            return ms
+        read = (new_tokens, cached_tokens, decode_contexts)
+        keys = float(sum(np.sum(x) for x in read)) + len(decode_contexts)
+        return max(ms, float(self.floor_ms(keys)))

@@ -39,4 +39,18 @@ TINY = ModelShape("tiny", layers=4, hidden=256, heads=4, head_dim=64, ffn=512, v
 LLAMA2_7B = ModelShape("llama2-7b", layers=32, hidden=4096, heads=32, head_dim=128, ffn=11008, vocab=32000)
 """Llama-2-7B, the model of Vidur's measured H100 operator timings."""
 
+LLAMA2_70B = ModelShape(
+    "llama2-70b", layers=80, hidden=8192, heads=64, head_dim=128, ffn=28672, vocab=32000, kv_heads=8
+)
+"""Llama-2-70B, the second model of Vidur's H100 timings (meta-llama/Llama-2-70b-hf config.json)."""
+LLAMA3_8B = ModelShape(
+    "llama3-8b", layers=32, hidden=4096, heads=32, head_dim=128, ffn=14336, vocab=128256, kv_heads=8
+)
+"""Meta-Llama-3-8B (and 3.1: the same shapes), from its config.json on the Hugging Face hub."""
+LLAMA3_70B = ModelShape(
+    "llama3-70b", layers=80, hidden=8192, heads=64, head_dim=128, ffn=28672, vocab=128256, kv_heads=8
+)
+"""Meta-Llama-3-70B (and 3.1), from its config.json on the Hugging Face hub."""
+
 MODELS = {m.name: m for m in (TINY, LLAMA2_7B)}
+"""The shapes the CPU engine runs and `crucible profile` measures on a CPU."""

@@ -26,6 +26,7 @@ from targets.base import (
     OptionError,
     TargetBase,
 )
+from targets.deployments.catalog import DEPLOYMENTS, deployment
 from targets.kv.block_tree import POLICY_KEY, POLICY_S3FIFO, POLICY_STATIC_KEY
 from targets.kv.prefix_cache import TIME_VARYING, key_reads
 from targets.kv.target import (
@@ -53,7 +54,7 @@ from .cache import (
     TIER_COUNTERS,
     compiled_replay_tiered,
 )
-from .deployment import COMMANDS, DEFAULT_DEPLOYMENT, DEPLOYMENTS
+from .costs import COMMANDS, DEFAULT_DEPLOYMENT, request_costs
 from .features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
 from .properties import PROPERTIES
 
@@ -123,7 +124,7 @@ OPTIONS = (
         "deployment",
         "str",
         DEFAULT_DEPLOYMENT,
-        "the model and GPUs that price prefill and loads (see targets/kv_tiered/deployment.py)",
+        "the model and GPUs that price prefill and loads (`crucible deployments` lists them)",
         choices=tuple(DEPLOYMENTS),
     ),
     *WINDOW_OPTIONS,
@@ -286,7 +287,7 @@ def replay_tiered(
     """The compiled tiered mechanism over an instance: its counters, and each counted request's time to
     first token and prefill time with nothing reused (ms)."""
     trace, counted = replayed_trace(instance)
-    costs = DEPLOYMENTS[str(instance.config.get("deployment", DEFAULT_DEPLOYMENT))].request_costs(trace)
+    costs = request_costs(deployment(str(instance.config.get("deployment", DEFAULT_DEPLOYMENT))), trace)
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     counters, ttft = compiled_replay_tiered()(
         keys, params, gpu_policy, capacities, write_through, *arrays, costs, counted
@@ -326,7 +327,7 @@ def _behaviour_sample(tiers: tuple[int, ...]) -> tuple[tuple[Mapping[str, float]
     """Seeded decisions over blocks in `tiers` whose features keep TIERED_FEATURES' relations, their costs
     those of the default deployment."""
     rng = np.random.default_rng(29)
-    deployment = DEPLOYMENTS[DEFAULT_DEPLOYMENT]
+    priced = deployment(DEFAULT_DEPLOYMENT)
 
     def log_between(low: float, high: float) -> float:
         return float(np.exp(rng.uniform(np.log(low), np.log(high))))
@@ -338,14 +339,14 @@ def _behaviour_sample(tiers: tuple[int, ...]) -> tuple[tuple[Mapping[str, float]
         for _ in range(BEHAVIOUR_BLOCKS):
             row = sampled_block(rng, moment, log_between)
             tier = float(tiers[int(rng.integers(0, len(tiers)))])
-            host, disk = deployment.load_ms(np.array([row["tokens"]]))
+            host, disk = priced.load_ms(np.array([row["tokens"]]))
             before = np.array([row["prefix_tokens"] - row["tokens"]])
             row |= {
                 "tier": tier,
                 "backed": float(tier == GPU and rng.random() < 0.5),
                 "in_tier_s": row["lifetime"] * float(rng.uniform(0.0, 1.0)),
                 "load_ms": float((disk if tier == DISK else host)[0]),
-                "recompute_ms": float(deployment.compute_ms(np.array([row["tokens"]]), before)[0]),
+                "recompute_ms": float(priced.compute_ms(np.array([row["tokens"]]), before)[0]),
             }
             rows.append(row)
         decisions.append(tuple(rows))

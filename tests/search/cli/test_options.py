@@ -95,12 +95,14 @@ def test_targets_show_lists_options_features_metrics_and_baselines(
         "ttft_slo_s",
         "tpot_slo_s",
     } <= set(options)
-    assert {"profile", "requests", "train_share"} <= set(options)
+    assert {"profile", "requests", "train_share", "deployment"} <= set(options)
+    assert options["deployment"]["default"] == "cpu" and "h100-llama3-8b" in options["deployment"]["choices"]
     assert options["capacity"] == {
         "name": "capacity",
         "type": "int",
-        "default": 2048,
-        "doc": "KV cache capacity in blocks",
+        "default": None,
+        "doc": "KV cache capacity in blocks (default 2048 on the cpu; on a GPU deployment the blocks that "
+        "fit beside the weights and activations)",
         "low": 1,
         "high": 10**12,
         "choices": [],

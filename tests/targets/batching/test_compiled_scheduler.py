@@ -21,6 +21,7 @@ from targets.batching.target import (
     shipped_workload_path,
 )
 from targets.batching.trace import Requests
+from targets.costmodel.model import CostModel
 
 TARGET = BatchingTarget()
 SLO = (1.0, 0.1)
@@ -82,7 +83,12 @@ def _key_and_params(policy: str) -> tuple[Callable[..., float], np.ndarray]:
 
 
 def _python_decisions(
-    requests: Requests, limits: Limits, key: Callable[..., float], params: np.ndarray, horizon_s: float
+    requests: Requests,
+    limits: Limits,
+    key: Callable[..., float],
+    params: np.ndarray,
+    horizon_s: float,
+    model: CostModel | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """scheduler.serve with PricedExecutor, its decisions as rows (iteration, request, start, tokens)."""
     rows: list[tuple[int, int, int, int]] = []
@@ -96,7 +102,7 @@ def _python_decisions(
         rows.extend((i, int(r), -1, 0) for r in batch.preempted)
         iteration[0] += 1
 
-    priced = PricedExecutor(cost_model(), limits.token_budget, limits.max_seqs)
+    priced = PricedExecutor(model or cost_model(), limits.token_budget, limits.max_seqs)
     served = serve(requests, limits, key, params, priced, SLO, horizon_s, observe=observe)
     return np.array(rows, dtype=np.int64).reshape(-1, 4), served.state, served.end_s
 
@@ -126,15 +132,34 @@ def test_a_horizon_stops_both_schedulers_at_the_same_iteration() -> None:
     assert np.array_equal(unrecorded.state, state, equal_nan=True) and unrecorded.end_s == end
 
 
-@pytest.mark.parametrize("profile", ["cpu-2core", "cpu-2core-busy"])  # without and with timed passes
-def test_an_iteration_costs_what_the_priced_executor_says_to_the_bit(profile: str) -> None:
-    model, rng = cost_model(profile), np.random.default_rng(7)
+@pytest.mark.parametrize(
+    ("profile", "on"),
+    [
+        ("cpu-2core", "cpu"),  # without timed passes
+        ("cpu-2core-busy", "cpu"),  # with them
+        ("cpu-2core", "h100-llama3-8b"),  # a GPU deployment: published attention, the bandwidth floor
+        ("cpu-2core", "h100-llama3-70b-tp4"),  # and the all-reduces of tensor parallelism
+    ],
+)
+def test_an_iteration_costs_what_the_priced_executor_says_to_the_bit(profile: str, on: str) -> None:
+    model, rng = cost_model(profile, on), np.random.default_rng(7)
     pricing, priced = Pricing.of(model, 4096, 256), PricedExecutor(model, 4096, 256)
     for rows in [1, 2, 7, 8, 9, 17, 100, 129, 200]:
         tokens = np.where(rng.random(rows) < 0.5, 1, rng.integers(2, 4096 // rows + 3, rows))
         starts = rng.integers(0, 5000, rows)
         batch = Batch(np.arange(rows), starts, tokens, np.zeros(0, np.int64))
         assert pricing.iteration_ms(starts, tokens) == priced(batch)
+
+
+def test_on_a_gpu_deployment_every_decision_equals_the_python_schedulers_too() -> None:
+    requests, limits = TRACES["generated, dense arrivals"]()
+    model = cost_model("cpu-2core", "h100-llama3-8b")
+    key, params = _key_and_params("srpt")
+    expected, state, end = _python_decisions(requests, limits, key, params, np.inf, model)
+    pricing = Pricing.of(model, limits.token_budget, limits.max_seqs)
+    served, decisions = serve_priced_recorded(requests, limits, key, params, pricing, SLO)
+    assert np.array_equal(decisions, expected) and served.end_s == end
+    assert np.array_equal(served.state, state, equal_nan=True)
 
 
 def test_pricing_smaller_than_the_limits_is_refused() -> None:

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from prefix_traces import prefix_traces
 
 from targets.base import Instance
+from targets.deployments.catalog import DEPLOYMENTS
 from targets.kv.block_tree import POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, load_workload, shipped_workload_path
 from targets.kv.trace import Trace
 from targets.kv_tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, compiled_replay_tiered
-from targets.kv_tiered.deployment import DEPLOYMENTS
+from targets.kv_tiered.costs import request_costs
 from targets.kv_tiered.target import TieredKVTarget, _compiled
 from verifiers.static import check
 
@@ -103,7 +104,7 @@ def _replay(
         capacities.astype(np.int64),
         config["write"] == "through",
         *arrays,
-        costs or COSTS.request_costs(trace),
+        costs or request_costs(COSTS, trace),
         0,
     )
     return counters, ttft, trace
@@ -143,7 +144,7 @@ def test_a_tier_with_unlimited_room_gives_every_reuse_in_the_trace(config: dict[
 def test_a_prefix_found_below_is_computed_again_where_the_link_is_slower_than_the_gpu() -> None:
     instance = _eval(TIERED, HEAD, {"capacity": 400, "host_capacity": 10**6})
     keys = (STATIC_BELOW, *_compiled(TIERED.baselines()["lru"]))
-    prefill, recompute, host_ms, disk_ms = COSTS.request_costs(load_workload(HEAD))
+    prefill, recompute, host_ms, disk_ms = request_costs(COSTS, load_workload(HEAD))
     fast, _, trace = _replay(instance, keys, POLICY_STATIC_KEY)
     slow, ttft, _ = _replay(instance, keys, POLICY_STATIC_KEY, (prefill, recompute, host_ms * 1e4, disk_ms))
     fast_, slow_ = (dict(zip(TIER_COUNTERS, c.tolist(), strict=True)) for c in (fast, slow))
@@ -185,7 +186,7 @@ def _reference(
     """The tiers' rules in plain Python, LRU in every tier (ties to the older access), keeping below every
     block or (`second_sighting`) those used twice, the deployment's costs choosing load or recompute."""
     gpu_cap, host_cap, disk_cap = capacities
-    prefill, _, host_ms, disk_ms = COSTS.request_costs(trace)
+    prefill, _, host_ms, disk_ms = request_costs(COSTS, trace)
     children: dict[int, list[int]] = {}
     for b, p in enumerate(trace.parent.tolist()):
         children.setdefault(p, []).append(b)
@@ -306,7 +307,7 @@ def test_the_tiers_keep_their_rules_as_a_plain_reference_of_them_does(
         capacities,
         write_through,
         *arrays,
-        COSTS.request_costs(trace),
+        request_costs(COSTS, trace),
         0,
     )
     expected, expected_ttft = _reference(trace, (gpu, host, disk), second_sighting, write_through)

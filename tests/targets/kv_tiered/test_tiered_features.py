@@ -18,9 +18,11 @@ from search.proposers.base import Entry, ProposalRequest
 from search.proposers.evolve.proposer import EvolveProposer
 from search.proposers.llm.prompting import Templates
 from targets.base import OptionError, WorkloadError
+from targets.costmodel.shapes import LLAMA3_8B, LLAMA3_70B
+from targets.deployments.catalog import DEPLOYMENTS
 from targets.kv.target import load_workload, shipped_workload_path
 from targets.kv_tiered.cache import TIER_COUNTERS, compiled_replay_tiered
-from targets.kv_tiered.deployment import DEPLOYMENTS, LLAMA3_8B, LLAMA3_70B
+from targets.kv_tiered.costs import request_costs
 from targets.kv_tiered.features import N_TIER_COLUMNS, TIER_FEATURES, TIERED_COLUMNS, TIERED_FEATURES
 from targets.kv_tiered.target import TieredKVTarget
 from verifiers.smt import prove
@@ -35,7 +37,7 @@ def test_the_declared_domains_and_relations_hold_on_every_block_the_tiers_score(
     trace = load_workload(str(shipped_workload_path()))
     store = np.zeros(1 + _ROWS * N_TIER_COLUMNS)
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    costs = DEPLOYMENTS["llama3-8b-h100"].request_costs(trace)
+    costs = request_costs(DEPLOYMENTS["llama3-8b-h100"], trace)
     counters, _ = compiled_replay_tiered()(
         (0, recording_lru, recording_lru, recording_lru),
         store,
@@ -160,5 +162,8 @@ def test_the_costs_command_prices_a_block_in_each_deployment() -> None:
     assert set(by_name) == set(DEPLOYMENTS)
     eight = by_name["llama3-8b-h100"]
     assert (eight["GPUs"], eight["MiB per GPU"], eight["host load ms"]) == (1, 64.0, 1.342)
+    # the docs page's figures, unchanged since kv-tiered priced with a deployment of its own
+    assert (eight["compute ms, first"], eight["compute ms, after 16384"]) == (14.928, 20.076)
+    assert by_name["llama3-70b-4xh100"]["compute ms, after 16384"] == pytest.approx(53.15, abs=0.005)
     assert eight["compute ms, first"] < eight["compute ms, after 16384"], "attention grows with the context"
     assert by_name["llama3-70b-4xh100"]["MiB per GPU"] == 40.0
