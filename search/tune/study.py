@@ -200,11 +200,14 @@ class Study:
                 raise UserError(f"--objective {goal.metric}: {name} reports no such metric; it has {known}")
 
     def configured_values(self) -> dict[str, float]:
-        """The policy's own PARAMS defaults and the options as given: the point tuning must beat."""
+        """The policy's own PARAMS defaults and the options as given: the point tuning must beat. An option
+        whose default the target fills in per instance (batching's token budget, per deployment) is the
+        value its first instance holds."""
         values: dict[str, float] = dict(self.program.defaults())
+        filled = instances(self.target, self.spec.workload, self.spec.options)[0].config
         for knob in self.knobs:
             if knob.kind == "option":
-                values[knob.name] = self.spec.options[knob.name]
+                values[knob.name] = self.spec.options.get(knob.name, filled.get(knob.name))
         return values
 
     def run(self, on_trial: Callable[[int, int, str], None] = lambda n, total, status: None) -> int:

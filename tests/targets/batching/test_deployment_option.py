@@ -20,13 +20,10 @@ def _eval(config: dict[str, object]):  # type: ignore[no-untyped-def]
 
 def test_on_a_gpu_the_defaults_are_its_kv_blocks_an_interactive_slo_and_a_load_past_capacity() -> None:
     instance = _eval({"deployment": "h100-llama3-8b"})
-    blocks = deployment("h100-llama3-8b").kv_blocks(16, 2048, 256)
+    blocks = deployment("h100-llama3-8b").kv_blocks(16, 512, 256)
     assert instance.config["capacity"] == blocks
-    assert (instance.config["ttft_slo_s"], instance.config["tpot_slo_s"], instance.config["load"]) == (
-        1.0,
-        0.05,
-        3.0,
-    )
+    slo = (instance.config["ttft_slo_s"], instance.config["tpot_slo_s"])
+    assert slo == (1.0, 0.05) and (instance.config["load"], instance.config["token_budget"]) == (3.0, 512)
     assert instance.label == f"azure_conv_head.csv@h100-llama3-8b:{blocks}x3"
 
 
@@ -36,7 +33,7 @@ def test_what_a_user_sets_holds_on_every_deployment() -> None:
     assert {k: instance.config[k] for k in chosen} == chosen
     assert configured({"deployment": "h100-llama3-8b", "block_tokens": 32})["capacity"] == deployment(
         "h100-llama3-8b"
-    ).kv_blocks(32, 2048, 256), "the blocks that fit, counted at the block size chosen"
+    ).kv_blocks(32, 512, 256), "the blocks that fit, counted at the block size chosen"
 
 
 def test_the_cpu_keeps_its_defaults_and_labels() -> None:
