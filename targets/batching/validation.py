@@ -86,7 +86,9 @@ def instance(target: BatchingTarget, workload: str, values: Mapping[str, Any]) -
         raise OptionError(f"option load must be positive, got {values['load']:g}")
     start, stop = request_window(values["requests"], target.requests(workload))
     divisor = values["token_divisor"]
-    defaults = {o.name: o.default for o in target.options}
+    from .target import configured  # here: the target module builds its validation from this one
+
+    defaults = configured({})  # the cpu's: the engine is the tiny model on this machine
     config: dict[str, Any] = {
         **{k: defaults[k] for k in ("token_budget", "max_seqs")},
         "capacity": values["capacity"],
