@@ -39,6 +39,18 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
     p.add_argument("--repeats", type=int, default=7, help="timed runs per shape (the median is kept)")
     p.add_argument("--block", type=int, default=8, help="KV block size in tokens of the attention kernels")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-back split")
+    p.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="measure one GPU's share of a deployment (its shapes, BF16) and print measured against its "
+        "published-derived prediction per operator (`crucible deployments` lists them)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=0,
+        help="measure no shape beyond this many tokens (0: the whole grid)",
+    )
     p.add_argument("--from-vidur", metavar="DIR", help="import Vidur's measured GPU CSVs instead")
     p.add_argument(
         "--vidur-set",
@@ -55,6 +67,7 @@ def profile(args: argparse.Namespace) -> None:
 
     from search.validation import require
     from targets.costmodel.model import ProfileError
+    from targets.deployments.measured import against_published
 
     try:
         groups = tuple(int(g) for g in args.groups.split(",") if g)
@@ -62,6 +75,15 @@ def profile(args: argparse.Namespace) -> None:
         raise UserError(f"--groups takes comma-separated integers, got {args.groups!r}") from None
     if any(g < 2 for g in groups) or args.threads < 1 or args.repeats < 1 or args.block < 1:
         raise UserError("--groups need 2 or more processes; --threads, --repeats, --block at least 1")
+    if not 0 <= args.max_tokens <= 10**6:
+        raise UserError(f"--max-tokens takes 0 (the whole grid) to 1e6, got {args.max_tokens}")
+    on = None
+    if args.deployment:
+        from targets.deployments.catalog import SERVING, deployment
+
+        if args.deployment not in SERVING:
+            raise UserError(f"--deployment {args.deployment!r}: not one of {', '.join(SERVING)}")
+        on = deployment(args.deployment)
     try:
         if args.from_vidur:
             from targets.costmodel.vidur import import_vidur
@@ -79,20 +101,44 @@ def profile(args: argparse.Namespace) -> None:
             if args.device == "cuda" and max(groups) > torch.cuda.device_count():
                 groups = tuple(g for g in groups if g <= torch.cuda.device_count())
                 parsing.note(f"NCCL groups limited to {torch.cuda.device_count()} visible GPUs")
+            if on and args.device == "cuda":  # the deployment's own group, where its GPUs are visible
+                groups = (on.tensor_parallel,) if 1 < on.tensor_parallel <= torch.cuda.device_count() else ()
             settings = Settings(
-                device=args.device, threads=args.threads, repeats=args.repeats, groups=groups, seed=args.seed
+                device=args.device,
+                threads=args.threads,
+                repeats=args.repeats,
+                groups=groups,
+                seed=args.seed,
+                dtype="bfloat16" if on else "float32",
+                max_tokens=args.max_tokens,
             )
-            name = args.name or f"{args.device}-measured"
+            name = args.name or (f"{args.device}-{on.name}" if on else f"{args.device}-measured")
+            shape = on.shard if on else MODELS[args.model]
             with Console(stderr=True).status("measuring") as status:
-                result = measure(MODELS[args.model], settings, name, args.block, status.update)
+                result = measure(shape, settings, name, args.block, status.update, passes=on is None)
     except ProfileError as exc:
         raise UserError(str(exc)) from None
     result.save(args.output)
+    compared = against_published(on, result) if on else []
     if args.json:
-        print(json.dumps(profile_summary(result, args.output), indent=2))
+        print(json.dumps({**profile_summary(result, args.output), "against_published": compared}, indent=2))
     else:
         Console().print(error_table(result))
+        if compared:
+            Console().print(comparison_table(on.name if on else "", compared))
     parsing.note(f"wrote {args.output}")
+
+
+def comparison_table(deployment: str, rows: list[dict[str, Any]]) -> Any:
+    """Measured against the deployment's published-derived prediction, per operator."""
+    from rich.table import Table
+
+    table = Table(title=f"measured / predicted by {deployment} (published figures and Vidur's fits)")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column == "operator" else "right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    return table
 
 
 def profile_summary(profile: Profile, output: str) -> dict[str, Any]:

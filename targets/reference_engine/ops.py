@@ -47,7 +47,8 @@ def attn_prefill(
     table: torch.Tensor,
     ctx: int,
 ) -> torch.Tensor:
-    """q, k, v (heads, n, head_dim) of n new tokens at positions ctx.. attend causally over all ctx + n.
+    """q, k, v (heads, n, head_dim) of n new tokens at positions ctx.. attend causally over all ctx + n (k
+    and v may have fewer heads than q: grouped-query attention).
 
     The new keys and values are written into their blocks of `table` first and every key is then read
     back through the table, as paged attention does: a prefill from scratch and one over a cached prefix
@@ -67,7 +68,7 @@ def attn_prefill(
         seen = ctx + hi
         mask = torch.ones(hi - lo, seen, dtype=torch.bool, device=q.device).tril(ctx + lo)
         out[:, lo:hi] = F.scaled_dot_product_attention(
-            q[:, lo:hi], keys[:, :seen], values[:, :seen], attn_mask=mask
+            q[:, lo:hi], keys[:, :seen], values[:, :seen], attn_mask=mask, enable_gqa=_grouped(q, keys)
         )
     return out
 
@@ -94,5 +95,13 @@ def attn_decode(
     out = torch.empty_like(q)
     for i, (table, ctx) in enumerate(zip(tables, ctxs, strict=True)):
         keys, values = gather(k_pool, table, ctx + 1), gather(v_pool, table, ctx + 1)
-        out[i] = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys, values).squeeze(1)
+        query = q[i].unsqueeze(1)
+        out[i] = F.scaled_dot_product_attention(
+            query, keys, values, enable_gqa=_grouped(query, keys)
+        ).squeeze(1)
     return out
+
+
+def _grouped(q: torch.Tensor, keys: torch.Tensor) -> bool:
+    """Whether several query heads share each key head (grouped-query attention, as Llama-3 has)."""
+    return q.shape[-3] != keys.shape[-3]

@@ -68,6 +68,10 @@ class Settings:
     min_seconds: float = 0.05
     groups: tuple[int, ...] = (2,)
     seed: int = 0
+    dtype: str = "float32"
+    """The values' type: float32 as the CPU engine computes, bfloat16 as a GPU deployment serves."""
+    max_tokens: int = 0
+    """The largest token count, query chunk and cached context measured (0: the whole grid)."""
 
 
 def compute_clock(device: str) -> Callable[[], float]:
@@ -96,20 +100,26 @@ def time_ms(
     return statistics.median(times)
 
 
-def _compute_cases(model: ModelShape) -> Iterator[tuple[str, dict[str, float]]]:
-    """The operator shapes a model needs: every projection, norm and activation, and attention grids."""
+def _compute_cases(model: ModelShape, max_tokens: int = 0) -> Iterator[tuple[str, dict[str, float]]]:
+    """The operator shapes a model needs: every projection (the QKV one as wide as its query and key-value
+    heads), norm and activation, and attention grids; none beyond `max_tokens` tokens where it is set
+    (each grid's least value kept)."""
     h, f, w, v = model.hidden, model.ffn, model.heads * model.head_dim, model.vocab
-    for k, n in ((h, 3 * w), (w, h), (h, 2 * f), (f, h), (h, v)):
-        for m in TOKENS:
+
+    def upto(grid: tuple[int, ...]) -> tuple[int, ...]:
+        return (tuple(x for x in grid if x <= max_tokens) or grid[:1]) if max_tokens else grid
+
+    for k, n in ((h, w + 2 * model.kv_width), (w, h), (h, 2 * f), (f, h), (h, v)):
+        for m in upto(TOKENS):
             yield "gemm", {"m": m, "k": k, "n": n}
-    for m in TOKENS:
+    for m in upto(TOKENS):
         yield "norm", {"m": m, "width": h}
         yield "act", {"m": m, "width": f}
-    for q in PREFILL_Q:
-        for c in PREFILL_CTX:
+    for q in upto(PREFILL_Q):
+        for c in upto(PREFILL_CTX):
             yield "attn_prefill", {"heads": model.heads, "head_dim": model.head_dim, "q": q, "ctx": c}
     for b in DECODE_BATCH:
-        for c in DECODE_CTX:
+        for c in upto(DECODE_CTX):
             yield (
                 "attn_decode",
                 {"batch": b, "heads": model.heads, "head_dim": model.head_dim, "keys": b * (c + 1), "ctx": c},
@@ -123,19 +133,23 @@ def weight_bytes(model: ModelShape) -> int:
     return 4 * (model.layers * (h * 3 * w + w * h + h * 2 * f + f * h) + 2 * h * model.vocab)
 
 
-def _runner(op: str, s: dict[str, float], device: str, block: int, footprint: int) -> Callable[[], object]:
+def _runner(
+    op: str, s: dict[str, float], settings: Settings, block: int, model: ModelShape
+) -> Callable[[], object]:
     """Inputs allocated once, and a closure that runs the operator on them."""
     g = torch.Generator().manual_seed(0)
+    device, dtype, footprint = settings.device, getattr(torch, settings.dtype), weight_bytes(model)
+    size = torch.finfo(dtype).bits // 8
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g).to(device)
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
     if op == "gemm":
         # A forward pass reads every weight once, so a projection's weights come from beyond the nearest
         # caches; timing one matrix over and over would keep it there. Copies to cycle through, covering
         # the model's footprint (capped), give each run the weights as a forward pass finds them.
         k, n = int(s["k"]), int(s["n"])
-        copies = max(1, min(footprint, ROTATION_CAP_BYTES) // (4 * k * n))
+        copies = max(1, min(footprint, ROTATION_CAP_BYTES) // (size * k * n))
         x, ws = rand(int(s["m"]), k), itertools.cycle([rand(k, n) for _ in range(copies)])
         return lambda: ops.gemm(x, next(ws))
     if op == "norm":
@@ -146,22 +160,27 @@ def _runner(op: str, s: dict[str, float], device: str, block: int, footprint: in
         x = rand(int(s["m"]), 2 * int(s["width"]))
         return lambda: ops.act(x)
     heads, dim = int(s["heads"]), int(s["head_dim"])
+    kv = model.kv_heads or heads
     ctx = int(s["ctx"])
     if op == "attn_prefill":
         n = int(s["q"])
         # views of one fused projection, laid out as the model's forward hands them over
-        q, k, v = rand(n, 3 * heads * dim).view(n, 3, heads, dim).permute(1, 2, 0, 3)
+        fused = rand(n, (heads + 2 * kv) * dim)
+        q = fused[:, : heads * dim].view(n, heads, dim).transpose(0, 1)
+        k, v = fused[:, heads * dim :].view(n, 2, kv, dim).permute(1, 2, 0, 3)
         # a pool as large as a serving cache, the sequence's blocks scattered in it, as the engine has them
         used = -(-(ctx + n) // block)
         pool_blocks = max(POOL_BLOCKS, used)
-        pool_k, pool_v = rand(pool_blocks, heads, block, dim), rand(pool_blocks, heads, block, dim)
+        pool_k, pool_v = rand(pool_blocks, kv, block, dim), rand(pool_blocks, kv, block, dim)
         table = torch.randperm(pool_blocks, generator=g)[:used].to(device)
         return lambda: ops.attn_prefill(q, k, v, pool_k, pool_v, table, ctx)
     batch = int(s["batch"])
-    q, k, v = rand(batch, 3 * heads * dim).view(batch, 3, heads, dim).unbind(1)
+    fused = rand(batch, (heads + 2 * kv) * dim)
+    q = fused[:, : heads * dim].view(batch, heads, dim)
+    k, v = fused[:, heads * dim :].view(batch, 2, kv, dim).unbind(1)
     used = -(-(ctx + 1) // block)
     pool_blocks = max(POOL_BLOCKS, batch * used)
-    pool_k, pool_v = rand(pool_blocks, heads, block, dim), rand(pool_blocks, heads, block, dim)
+    pool_k, pool_v = rand(pool_blocks, kv, block, dim), rand(pool_blocks, kv, block, dim)
     scattered = torch.randperm(pool_blocks, generator=g)[: batch * used].to(device)
     tables = list(scattered.view(batch, used))
     ctxs = [ctx] * batch
@@ -176,8 +195,8 @@ def measure_compute(
     samples: dict[str, list[Sample]] = {op: [] for op in OPERATORS if op != PASS}
     clock = compute_clock(settings.device)
     with torch.inference_mode():
-        for op, shape in _compute_cases(model):
-            ms = time_ms(_runner(op, shape, settings.device, block, weight_bytes(model)), settings, clock)
+        for op, shape in _compute_cases(model, settings.max_tokens):
+            ms = time_ms(_runner(op, shape, settings, block, model), settings, clock)
             keys = OPERATORS[op][0]
             samples[op].append(Sample({k: float(shape[k]) for k in keys}, ms))
             progress(f"{op} {shape}: {ms:.4f} ms")
@@ -320,17 +339,24 @@ def time_passes(profile: Profile, settings: Settings, block: int, max_tokens: in
 
 
 def profile(
-    model: ModelShape, settings: Settings, name: str, block: int, progress: Callable[[str], None]
+    model: ModelShape,
+    settings: Settings,
+    name: str,
+    block: int,
+    progress: Callable[[str], None],
+    passes: bool = True,
 ) -> Profile:
     """Measure, hold back, fit, and describe where every number came from (the machine's load included:
-    on a CPU it changes the kernels' times, even in their own CPU time)."""
+    on a CPU it changes the kernels' times, even in their own CPU time). `passes`: time the engine's whole
+    forward passes too (the CPU engine's model; a GPU deployment's engine is not this one)."""
     load_before = os.getloadavg()[0]
     compute = measure_compute(model, settings, block, progress)
     operators: dict[str, Fit] = {
         op: fit(op, hold_back(s, settings.seed + i)) for i, (op, s) in enumerate(compute.items())
     }
-    passes = measure_passes(model, settings, block, operators, progress)
-    operators[PASS] = fit(PASS, hold_back(passes, settings.seed + len(operators)))
+    if passes:
+        timed = measure_passes(model, settings, block, operators, progress)
+        operators[PASS] = fit(PASS, hold_back(timed, settings.seed + len(operators)))
     collectives: dict[str, dict[int, Fit]] = {op: {} for op in COLLECTIVES}
     for world in settings.groups:
         progress(f"collectives over {world} processes")
@@ -345,11 +371,15 @@ def profile(
         operators=operators,
         collectives=collectives,
         notes=(
-            f"medians of >= {settings.repeats} runs after {settings.warmup} warm-ups, "
+            f"medians of >= {settings.repeats} runs after {settings.warmup} warm-ups, {settings.dtype}, "
             f"{settings.threads} thread(s) per process, computation timed in "
-            f"{'wall' if settings.device == 'cuda' else 'thread CPU'} time; whole forward passes of the "
-            "engine (on the CPU) fitted over their operators; a seeded quarter of each operator's shapes is "
-            "held back from its fit"
+            f"{'wall' if settings.device == 'cuda' else 'thread CPU'} time; "
+            + (
+                "whole forward passes of the engine (on the CPU) fitted over their operators; "
+                if passes
+                else ""
+            )
+            + "a seeded quarter of each operator's shapes is held back from its fit"
         ),
         meta={
             "device_name": device,

@@ -362,3 +362,34 @@ def test_a_validation_can_require_the_engine_to_settle_most_pairs() -> None:
     result = report(needs_half, {n: _served(100.0 + i, e) for i, (n, e) in enumerate(flips.items())})
     assert result["engine_settled"] == 0.0 and result["kendall_tau"] == 1.0, "no pair left to disagree"
     assert [c["passed"] for c in result["checks"]] == [False]
+
+
+@pytest.mark.torch
+def test_profile_measures_a_deployments_share_and_sets_it_beside_the_published_prediction(
+    capsys, tmp_path
+) -> None:
+    """The GPU command's own code path on the CPU: one GPU's share of Llama-3-70B at TP 8 (its GEMM shapes,
+    SDPA with 8 query heads over 1 KV head), in BF16, with the measured / predicted ratio per operator."""
+    pytest.importorskip("torch")
+    out = tmp_path / "measured.json"
+    main(["profile", "--deployment", "h100-llama3-70b-tp8", "--max-tokens", "64", "--repeats", "1",
+          "--groups", "2", "--output", str(out), "--json"])  # fmt: skip
+    shown = json.loads(capsys.readouterr().out)
+    ratios = {row["operator"]: row for row in shown["against_published"]}
+    assert {"gemm", "attn_prefill", "attn_decode", "norm", "act", "all_reduce/2"} <= set(ratios)
+    assert all(row["measured / predicted"] > 1.0 for row in ratios.values()), (
+        "a CPU core is slower than an H100"
+    )
+    measured = load_profile(str(out))
+    assert "bfloat16" in measured.notes and measured.model.kv_heads == 1 and measured.model.heads == 8
+    qkv = {s.shape["n"] for s in measured.operators["gemm"].samples if s.shape["k"] == 8192}
+    assert (8 + 2 * 1) * 128 in qkv, "the QKV projection as wide as 8 query and 2 x 1 KV heads"
+    assert max(s.shape["m"] for s in measured.operators["gemm"].samples) == 64
+
+
+def test_profile_refuses_a_deployment_it_cannot_measure(capsys) -> None:
+    for argv in (["--deployment", "llama3-8b-h100"], ["--deployment", "h100", "--max-tokens", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["profile", *argv])
+        assert exc.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
