@@ -37,6 +37,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", default=str(_bench.DATA / "batching" / "azure_llm_conv_2023_train.csv"))
     parser.add_argument("--deployment", default="h100-llama3-8b")
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=2.0,
+        help="a second load on the deployment, besides its default (3, past the full trace's capacity)",
+    )
     args, session = _bench.start(parser)
     workload = _bench.data_file(Path(args.workload), session.quick, shipped_workload_path())
     target = BatchingTarget()
@@ -44,8 +50,9 @@ def main() -> None:
     window = {"requests": "0:200"} if session.quick else {}
     rows = []
     seconds = {}
-    for on in ("cpu", args.deployment):
-        [_, instance] = target.instances(workload, {"deployment": on, **window})
+    sides = (("cpu", {}), (args.deployment, {}), (args.deployment, {"load": args.load}))
+    for on, load in sides:
+        [_, instance] = target.instances(workload, {"deployment": on, **window, **load})
         requests, limits = instance_requests(instance), instance_limits(instance)
         pricing = Pricing.of(priced_by(instance.config), limits.token_budget, limits.max_seqs)
         key = _compiled(fcfs)
@@ -57,7 +64,7 @@ def main() -> None:
         target.evaluate(program, instance, {})
         began = time.perf_counter()
         target.evaluate(program, instance, {})
-        seconds[on] = time.perf_counter() - began
+        seconds[instance.label] = time.perf_counter() - began
         rate = served.iterations / replay
         rows.append(
             {
@@ -66,20 +73,21 @@ def main() -> None:
                 "iterations": served.iterations,
                 "iterations per s": round(rate),
                 "one replay s": round(replay, 3),
-                "one evaluation s": round(seconds[on], 3),
+                "one evaluation s": round(seconds[instance.label], 3),
             }
         )
         print(
             f"{on:<16} {instance.label:<48} {served.iterations:>9} iterations {rate:>12,.0f} it/s  "
-            f"replay {replay:.3f} s  evaluation (with its capacity sweep) {seconds[on]:.3f} s"
+            f"replay {replay:.3f} s  evaluation (with its capacity sweep) {seconds[instance.label]:.3f} s"
         )
     ratio = rows[1]["iterations per s"] / max(rows[0]["iterations per s"], 1)
     print(f"iterations per second, {args.deployment} against the cpu profile: {ratio:.2f}x")
-    met = seconds[args.deployment] < AIM_S
-    print(
-        f"aim: one evaluation on {args.deployment} under {AIM_S:g} s: {seconds[args.deployment]:.2f} s, "
-        f"{'met' if met else 'NOT met'}" + (" (quick: 200 requests)" if session.quick else "")
-    )
+    for row in rows[1:]:
+        met = row["one evaluation s"] < AIM_S
+        print(
+            f"aim: one evaluation of {row['instance']} under {AIM_S:g} s: {row['one evaluation s']:.2f} s, "
+            f"{'met' if met else 'NOT met'}" + (" (quick: 200 requests)" if session.quick else "")
+        )
     session.save({"rows": rows, "ratio": round(ratio, 3), "aim_s": AIM_S})
 
 
