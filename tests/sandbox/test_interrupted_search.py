@@ -85,6 +85,25 @@ def _zygotes_and_jobs(search: subprocess.Popen[bytes]) -> set[int]:
     return pids if len(zygotes) == 2 and forked else set()
 
 
+def _stop(search: subprocess.Popen[bytes], stop: signal.Signals) -> None:
+    """Ctrl-C as a terminal sends it (to the whole process group), or kill -9 to the search alone."""
+    os.killpg(search.pid, stop) if stop == signal.SIGINT else search.send_signal(stop)
+    search.wait(60)
+
+
+def _reap(search: subprocess.Popen[bytes]) -> None:
+    if search.poll() is None:
+        search.kill()
+        search.wait()
+
+
+def _until(done: Callable[[], bool]) -> None:
+    """Wait up to GONE_WITHIN_S for `done`."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def _command(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -104,15 +123,10 @@ def test_a_stopped_search_leaves_no_process_of_its_sandbox(tmp_path: Path, stop:
     search = _search(tmp_path, "process")
     try:
         left = _wait_for(search, lambda: _zygotes_and_jobs(search), 180, "warm parent running a job")
-        os.killpg(search.pid, stop) if stop == signal.SIGINT else search.send_signal(stop)
-        search.wait(60)
+        _stop(search, stop)
     finally:
-        if search.poll() is None:
-            search.kill()
-            search.wait()
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while _alive(left) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        _reap(search)
+    _until(lambda: not _alive(left))
     assert not _alive(left), [_command(pid) for pid in _alive(left)]
 
 
@@ -132,13 +146,8 @@ def test_a_stopped_search_leaves_no_container(
     try:
         _wait_for(search, lambda: len(ours()) == 2, 300, "two containers of the search")
         time.sleep(1.0)  # their jobs under way
-        os.killpg(search.pid, stop) if stop == signal.SIGINT else search.send_signal(stop)
-        search.wait(60)
+        _stop(search, stop)
     finally:
-        if search.poll() is None:
-            search.kill()
-            search.wait()
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while ours() and time.monotonic() < deadline:
-        time.sleep(0.5)
+        _reap(search)
+    _until(lambda: not ours())
     assert not ours(), "containers outlived the search that started them"
