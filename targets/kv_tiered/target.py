@@ -193,7 +193,8 @@ class TieredKVTarget(TargetBase):
             raise OptionError("option disk_capacity needs a host-memory tier above it (host_capacity > 0)")
         carried = {k: values[k] for k in _CARRIED}
         tiers = f"{capacity}+{host}" + (f"+{disk}" if disk else "")
-        name = f"{Path(workload).name}@{tiers}{never_full(workload, capacity)}"
+        priced = "" if values["deployment"] == DEFAULT_DEPLOYMENT else f"{values['deployment']}:"
+        name = f"{Path(workload).name}@{priced}{tiers}{never_full(workload, capacity)}"
         return windowed_instances(workload, config, name, carried)
 
     def behaviour_sample(self, signature: str) -> tuple[tuple[Mapping[str, float], ...], ...]:

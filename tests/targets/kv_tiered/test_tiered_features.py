@@ -167,3 +167,12 @@ def test_the_costs_command_prices_a_block_in_each_deployment() -> None:
     assert by_name["llama3-70b-4xh100"]["compute ms, after 16384"] == pytest.approx(53.15, abs=0.005)
     assert eight["compute ms, first"] < eight["compute ms, after 16384"], "attention grows with the context"
     assert by_name["llama3-70b-4xh100"]["MiB per GPU"] == 40.0
+
+
+def test_a_deployment_other_than_the_first_pricing_is_named_in_the_label() -> None:
+    default, other = (
+        TARGET.instances(str(shipped_workload_path()), config)[-1].label
+        for config in ({}, {"deployment": "h100-llama3-70b-tp8"})
+    )
+    assert "@" in default and "h100" not in default
+    assert other == default.replace("@", "@h100-llama3-70b-tp8:", 1)
