@@ -311,6 +311,11 @@ def configured(config: Mapping[str, Any]) -> dict[str, Any]:
         sizes = (filled["block_tokens"], filled["token_budget"], filled["max_seqs"])
         if all(isinstance(x, int) and 1 <= x <= MOST for x in sizes):  # else instances() says which is bad
             filled["capacity"] = deployment(on).kv_blocks(*sizes)
+            if filled["capacity"] < 1:
+                raise WorkloadError(
+                    f"on {on} no KV block of {sizes[0]} tokens fits beside the weights and activations of "
+                    f"{sizes[1]} tokens and {sizes[2]} sequences; choose smaller sizes or set capacity"
+                )
     return filled
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from targets.base import OptionError
+from targets.base import OptionError, WorkloadError
 from targets.batching.target import BatchingTarget, configured, shipped_workload_path
 from targets.batching_capacity.target import BatchingCapacityTarget
 from targets.deployments.catalog import deployment
@@ -71,3 +71,8 @@ def test_batching_capacity_takes_the_deployment_too() -> None:
     )
     metrics = BatchingCapacityTarget().evaluate_builtin("srpt", instance)
     assert metrics["capacity"] > 1.0 and metrics["capacity_rps"] > 0
+
+
+def test_sizes_that_leave_no_kv_block_on_the_gpu_are_one_line_naming_them() -> None:
+    with pytest.raises(WorkloadError, match="on h100-llama3-8b no KV block of 1000000000000 tokens fits"):
+        TARGET.instances(WORKLOAD, {"deployment": "h100-llama3-8b", "block_tokens": 10**12})
