@@ -128,7 +128,8 @@ class Session:
     docker: bool
     budget: int | None = BUDGET
     """None: every search with the budget it states."""
-    runs: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str]] = field(default_factory=list)
+    """(store, run id) of every search so far: RUN is the latest one in the store a command names."""
 
     def run(self, words: list[str]) -> subprocess.CompletedProcess[str]:
         engine = " ".join(words[:2]).startswith(NEEDS_TORCH)
@@ -146,9 +147,10 @@ class Session:
         """The example's words with RUN as the latest run and the budget shrunk; its files laid out."""
         words = example.words
         if "RUN" in words:
-            if not self.runs:
-                pytest.skip("no search has run in this session yet (run the whole file)")
-            words = [self.runs[-1] if w == "RUN" else w for w in words]
+            ran = [run for store, run in self.runs if store == _store(words)]
+            if not ran:
+                pytest.skip("no search has run in this store in this session yet (run the whole file)")
+            words = [ran[-1] if w == "RUN" else w for w in words]
         if words[1] == "search" and "--resume" not in words and self.budget is not None:
             if "--budget" in words:
                 at = words.index("--budget") + 1
@@ -180,13 +182,18 @@ class Session:
 
     def new_run(self, words: list[str]) -> None:
         """Note the run a search just made (the newest in `crucible runs list --json` of its store)."""
-        store = ["--db", words[words.index("--db") + 1]] if "--db" in words else []
+        store = ["--db", _store(words)] if "--db" in words else []
         listed = json.loads(self.run(["crucible", "runs", "list", "--json", *store]).stdout)
         rows = listed if isinstance(listed, list) else listed.get("runs", [])
         ids = [str(r.get("run_id", r.get("id"))) for r in sorted(rows, key=lambda r: str(r["created_at"]))]
-        new = [i for i in ids if i not in self.runs]
+        new = [i for i in ids if i not in {run for _, run in self.runs}]
         assert new, f"no new run in `crucible runs list`: {ids}"
-        self.runs.append(new[-1])
+        self.runs.append((_store(words), new[-1]))
+
+
+def _store(words: list[str]) -> str:
+    """The store a command names (empty: the default one)."""
+    return words[words.index("--db") + 1] if "--db" in words else ""
 
 
 def _session(folder: Path, docker: bool, budget: int | None = BUDGET) -> Session:
@@ -352,7 +359,7 @@ def test_the_main_jobs_result_exports_into_the_engine_it_was_searched_for(tmp_pa
     session = _session(tmp_path, docker=False)
     check(session, MAIN_JOB)
     engine = MAIN_JOB.words[MAIN_JOB.words.index("--for") + 1]
-    for words in (["crucible", "runs", "best", session.runs[-1], "--output", "best.py"],
+    for words in (["crucible", "runs", "best", session.runs[-1][1], "--output", "best.py"],
                   ["crucible", "export", "best.py", "--to", engine]):  # fmt: skip
         done = session.run(words)
         assert done.returncode == 0, f"{shlex.join(words)}\n{done.stderr}"
