@@ -57,7 +57,7 @@ class Pricing:
         """One iteration's milliseconds: rows computing `tokens[i]` tokens from position `starts[i]`."""
         starts, tokens = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(tokens, np.int64)
         args = (self.linear, self.head, self.prefill, self.decode, self.layers, self.width, *self.floor)
-        return float(_price(starts, tokens, tokens.size, *args, np.zeros(tokens.size)))
+        return float(price(starts, tokens, tokens.size, *args, np.zeros(tokens.size)))
 
     def shape(self) -> np.ndarray:
         """The scalars the compiled loop reads: layers, query width, and the floor's two coefficients."""
@@ -130,7 +130,7 @@ def _attn_prefill(coef, width, q, ctx):
 
 
 @njit(cache=True)
-def _price(starts, tokens, rows, linear, head, prefill, decode, layers, width, weights_ms, key_ms, chunk_ms):
+def price(starts, tokens, rows, linear, head, prefill, decode, layers, width, weights_ms, key_ms, chunk_ms):
     """An iteration's milliseconds, as PricedExecutor prices it (rows of one token are decodes)."""
     total, decodes, contexts, chunks, read = 0, 0, 0, 0, 0
     for i in range(rows):
@@ -201,7 +201,7 @@ def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, 
                 raise RuntimeError("the scheduler is stuck: live requests, none schedulable")
             continue
         logged = _record(log, logged, iterations, rows_out, rows, preempted, lost)
-        ms = _price(
+        ms = price(
             rows_out[1], rows_out[2], rows, linear, head, prefill, decode, layers, width, weights_ms, key_ms,
             chunk_ms,
         )  # fmt: skip

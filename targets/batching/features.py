@@ -82,5 +82,17 @@ ORACLE_REMAINING = Feature(
 )
 """A hidden column after the registry; no candidate may read it, so it is not in REQUEST_FEATURES."""
 
-N_COLUMNS = len(REQUEST_FEATURES) + 1
+CACHED_PREFIX = Feature(
+    "cached_prefix",
+    "blocks",
+    0.0,
+    _INF,
+    "full blocks of its prompt the instance's prefix cache holds now, which admitting it skips (0 once "
+    "admitted, and on an instance with no prefix cache)",
+    integer=True,
+)
+"""Read only where the scheduler runs over a prefix cache (a serving fleet's instance)."""
+PREFIX_COLUMN = len(REQUEST_FEATURES) + 1
+N_COLUMNS = len(REQUEST_FEATURES) + 2
 ORACLE_COLUMNS = {**REQUEST_FEATURES.columns(), ORACLE_REMAINING.name: len(REQUEST_FEATURES)}
+PREFIX_COLUMNS = {**REQUEST_FEATURES.columns(), CACHED_PREFIX.name: PREFIX_COLUMN}

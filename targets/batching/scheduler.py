@@ -16,6 +16,11 @@ Mechanism, as vLLM V1 and Sarathi-Serve schedule:
   free, or, with `admit_whole_prompt` (vLLM V1's default, scheduler_reserve_full_isl), those of its whole
   prompt (and output so far, after a preemption).
 
+With a prefix cache (the serving fleet's instances), a request admitted finds the full blocks of its prompt
+the cache holds (`cached_prefix`) and computes from the first one it lacks: a hit skips that prefill. The
+blocks it then holds count whole against the pool, shared or not (vLLM counts a shared block once, so a
+fleet is priced conservatively where running requests share a prefix). Without one, nothing changes.
+
 The scheduler only decides. An executor prices the iteration (the simulator, with the kernel cost model) or
 runs it (the engine, with real kernels) and returns its duration, which advances the clock; scheduling
 time is not counted, as in Vidur. `serve` is the loop both share.
@@ -34,7 +39,7 @@ from numba.experimental.function_type import _get_wrapper_address
 
 from verifiers.compiler import FUNCTION_TYPE, SIGNATURE
 
-from .features import N_COLUMNS
+from .features import N_COLUMNS, PREFIX_COLUMN
 from .trace import Requests
 
 # Per-request state columns.
@@ -42,6 +47,24 @@ from .trace import Requests
  _STATUS, _RECOMPUTED) = range(12)  # fmt: skip
 _N_STATE = 12
 WAITING, RUNNING, DONE = 0.0, 1.0, 2.0
+
+
+@njit(cache=True, inline="always")
+def request_status(S, r):
+    """WAITING, RUNNING or DONE: request r's status in a scheduler state."""
+    return S[r, _STATUS]
+
+
+@njit(cache=True, inline="always")
+def request_progress(S, r):
+    """(prompt tokens, output tokens so far, tokens whose keys and values it holds) of request r."""
+    return S[r, _PROMPT], S[r, _GENERATED], S[r, _COMPUTED]
+
+
+@njit(cache=True, inline="always")
+def request_first_token(S, r):
+    """When request r emitted its first token (NaN before)."""
+    return S[r, _FIRST]
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,10 @@ def _fill_row(X, j, r, now, S, free, queued, batch, ttft_slo, tpot_slo):
     X[j, 17] = S[r, _OUTPUT] - generated  # the oracle column
 
 
+_NO_PREFIX = np.zeros(0, dtype=np.int64)
+_NO_SLOTS = np.zeros(0, dtype=np.int32)
+
+
 @njit(cache=True)
 def plan(key, P, S, live, now, setting, X, rows_out, preempted):
     """Decide one iteration over the `live` requests (arrived, not done, in arrival order).
@@ -127,6 +154,30 @@ def plan(key, P, S, live, now, setting, X, rows_out, preempted):
     the whole prompt's blocks). Fills
     rows_out with (id, start, tokens) columns and `preempted`; returns (rows, preemptions, free blocks after).
     """
+    return plan_cached(
+        key, P, S, live, now, setting, X, rows_out, preempted, _NO_PREFIX, _NO_PREFIX, _NO_SLOTS
+    )
+
+
+@njit(cache=True, inline="always")
+def cached_prefix(r, S, offsets, blocks, slots, block_tokens):
+    """The leading full prompt blocks of request r that the cache holds (`slots[b] >= 0`), leaving it at
+    least one token to compute; 0 without a cache (`offsets` empty)."""
+    if offsets.size == 0:
+        return 0
+    first = offsets[r]
+    limit = min(offsets[r + 1] - first, int((S[r, _PROMPT] - 1.0) // block_tokens))
+    hit = 0
+    while hit < limit and slots[blocks[first + hit]] >= 0:
+        hit += 1
+    return hit
+
+
+@njit(cache=True)
+def plan_cached(key, P, S, live, now, setting, X, rows_out, preempted, offsets, blocks, slots):
+    """`plan` over an instance with a prefix cache: request r's prompt is blocks[offsets[r]:offsets[r+1]]
+    and `slots[b] >= 0` where the cache holds block b. A waiting request's cached prefix is its feature
+    column PREFIX_COLUMN, and admitting it starts its prefill after that prefix."""
     free, budget, block_tokens, max_seqs = int(setting[0]), int(setting[1]), setting[2], int(setting[3])
     ttft_slo, tpot_slo, whole_prompt = setting[4], setting[5], setting[6] != 0.0
     ids, starts, tokens = rows_out[0], rows_out[1], rows_out[2]
@@ -138,6 +189,10 @@ def plan(key, P, S, live, now, setting, X, rows_out, preempted):
     scores = np.empty(n)
     for i in range(n):
         _fill_row(X, i, live[i], now, S, free, n - batch, batch, ttft_slo, tpot_slo)
+        waiting = S[live[i], _STATUS] == WAITING
+        X[i, PREFIX_COLUMN] = (
+            cached_prefix(live[i], S, offsets, blocks, slots, block_tokens) if waiting else 0.0
+        )
         scores[i] = key(X, i, P)
     order = live[np.argsort(-scores, kind="mergesort")]
     served = np.zeros(n, dtype=np.bool_)  # by position in `order`
@@ -182,15 +237,17 @@ def plan(key, P, S, live, now, setting, X, rows_out, preempted):
             continue
         if budget == 0 or running >= max_seqs:
             break
-        take = min(S[r, _PROMPT] + S[r, _GENERATED], float(budget))
-        need = int(np.ceil(take / block_tokens))
+        start = cached_prefix(r, S, offsets, blocks, slots, block_tokens) * block_tokens
+        take = min(S[r, _PROMPT] + S[r, _GENERATED] - start, float(budget))
+        need = int(np.ceil((start + take) / block_tokens))
         whole = int(np.ceil((S[r, _PROMPT] + S[r, _GENERATED]) / block_tokens)) if whole_prompt else need
         if whole > free:
             break
         free -= need
         S[r, _BLOCKS] = need
+        S[r, _COMPUTED] = start
         S[r, _STATUS] = RUNNING
-        ids[rows], starts[rows], tokens[rows] = r, 0, int(take)
+        ids[rows], starts[rows], tokens[rows] = r, int(start), int(take)
         rows += 1
         budget -= int(take)
         running += 1

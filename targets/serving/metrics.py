@@ -1,0 +1,40 @@
+"""A fleet replay's figures: the batching latencies and SLOs, and what only a fleet has (hits, imbalance)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from targets.batching.metrics import serving_metrics
+
+from .fleet import Replayed
+
+
+def fleet_metrics(replayed: Replayed, slo_s: tuple[float, float], instances: int) -> dict[str, float]:
+    """Latency percentiles (a request's time between tokens is its mean over its output), SLO attainment,
+    goodput, the fleet's prefix hit rate (prompt tokens found cached when first admitted, over all prompt
+    tokens), and load imbalance (the busiest instance's prompt tokens over the mean instance's)."""
+    served = replayed.served
+    metrics = serving_metrics(served, slo_s)
+    end = served.end_s
+    first = np.where(np.isnan(served.first_token), end, served.first_token)
+    finish = np.where(np.isnan(served.finish), end, served.finish)
+    ttft = first - served.arrival
+    steps = served.output - 1
+    multi = steps > 0
+    tbt = (finish[multi] - first[multi]) / steps[multi]
+    routed = replayed.routed >= 0
+    per_instance = np.bincount(replayed.routed[routed], weights=served.prompt[routed], minlength=instances)
+
+    def pct(x: np.ndarray, q: float) -> float:
+        return float(np.percentile(x, q)) * 1e3 if x.size else 0.0
+
+    prompt = float(served.prompt.sum())
+    return {
+        **metrics,
+        "ttft_p90_ms": pct(ttft, 90),
+        "tbt_p50_ms": pct(tbt, 50),
+        "tbt_p90_ms": pct(tbt, 90),
+        "tbt_p99_ms": pct(tbt, 99),
+        "hit_rate": float(replayed.hit_tokens.sum()) / prompt if prompt else 0.0,
+        "imbalance": float(per_instance.max() / per_instance.mean()) if per_instance.sum() else 1.0,
+    }

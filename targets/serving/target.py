@@ -1,0 +1,341 @@
+"""The serving target: a router over N batching instances with prefix caches, on a named GPU deployment."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from targets.base import (
+    MOST,
+    WINDOW,
+    FeatureRegistry,
+    Instance,
+    Objective,
+    Option,
+    OptionError,
+    TargetBase,
+    WorkloadError,
+    request_window,
+)
+from targets.batching.capacity import GOAL, capacity
+from targets.batching.compiled_scheduler import Pricing
+from targets.batching.kernels import cost_model
+from targets.batching.scheduler import Limits
+from targets.deployments.catalog import DEFAULT, SERVING, deployment
+from verifiers.compiler import param_vector, to_numba
+from verifiers.program import Program, Signature
+from verifiers.properties import Property
+from verifiers.static import check
+
+from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
+from .fleet import POWER_OF_TWO, PREFIX_HASH, ROUND_ROBIN, Fleet, Policies, replay
+from .metrics import fleet_metrics
+from .properties import PROPERTIES
+from .workload import request_count, requests_of, shipped_workload_path
+
+ROUTE = Signature(
+    name="route",
+    features=ROUTE_FEATURES.names,
+    state_arg="s",
+    doc="Score one instance for the arriving request (s: the request against that instance's state); the "
+    "highest score gets the request, ties the first instance.",
+)
+PRIORITY = Signature(
+    name="priority",
+    features=SCHEDULE_FEATURES.names,
+    state_arg="r",
+    doc="Score a live request on its instance; the highest is served (and admitted) first, the lowest "
+    "preempted first.",
+)
+EVICT = Signature(
+    name="evict",
+    features=EVICT_FEATURES.names,
+    state_arg="b",
+    doc="Score a cached block no running request holds; the lowest is evicted first.",
+)
+SIGNATURES = (ROUTE, PRIORITY, EVICT)
+SEARCHED = {
+    "route": ("route",),
+    "schedule": ("priority",),
+    "evict": ("evict",),
+    "all": ("route", "priority", "evict"),
+}
+"""Which of a candidate's functions a run puts to work; the others run as the defaults below."""
+DEFAULT_SOURCE = '''"""Least outstanding requests; first come, first served; least recently used out first."""
+
+
+def route(s, p):
+    return -s.outstanding
+
+
+def priority(r, p):
+    return r.waiting
+
+
+def evict(b, p):
+    return b.last_access
+'''
+"""What a function a run does not search is: each system's most common default."""
+BUILTIN = {"round_robin": ROUND_ROBIN, "power_of_two": POWER_OF_TWO, "prefix_hash": PREFIX_HASH}
+"""Routers that are mechanism variants rather than keys, with FCFS and LRU on every instance.
+round_robin: SGLang's and vLLM's routers' `round_robin`. power_of_two: two instances drawn at random, the one
+with fewer outstanding requests (Mitzenmacher's power of two choices; sglang-router's `power_of_two`).
+prefix_hash: consistent hashing of the request's first prompt block, the session affinity of vLLM's
+production-stack router and of Envoy's ring hash; with a fixed fleet a ring is a fixed map, so the block's
+id is hashed (splitmix64's multiplier) modulo the instances."""
+DEFAULTS: dict[str, Any] = {
+    "deployment": DEFAULT,
+    "instances": 8,
+    "load": 2.5,
+    "search": "all",
+    "ttft_slo_s": 3.0,
+    "tbt_slo_s": 0.1,
+    "token_budget": 2048,
+    "max_seqs": 256,
+}
+"""The shipped fleet: 8 instances of Llama-3-8B on an H100 each; a 2,048-token budget (vLLM V1's online
+default); SLOs of 3 s to the first token (Mooncake's conversation prompts average 12,500 tokens) and 100 ms
+a token (the TBT SLO of the Mooncake paper's experiments); and a load near the baselines' capacity."""
+OPTIONS = (
+    Option(
+        "deployment",
+        "str",
+        DEFAULTS["deployment"],
+        "the model and GPUs of every instance (`crucible deployments` lists them)",
+        choices=SERVING,
+    ),
+    Option("instances", "int", DEFAULTS["instances"], "engine instances behind the router", low=1, high=64),
+    Option(
+        "load",
+        "float",
+        DEFAULTS["load"],
+        "arrivals as many times as dense as the trace's",
+        low=0.001,
+        high=1e6,
+    ),
+    Option(
+        "search",
+        "str",
+        DEFAULTS["search"],
+        "which decision a run searches: route (the router), schedule (each instance's priority), evict "
+        "(each instance's cache) or all; the others run as least outstanding, FCFS and LRU",
+        choices=tuple(SEARCHED),
+    ),
+    Option(
+        "ttft_slo_s",
+        "float",
+        DEFAULTS["ttft_slo_s"],
+        "time-to-first-token SLO in seconds",
+        low=0.0,
+        open_low=True,
+        high=1e6,
+    ),
+    Option(
+        "tbt_slo_s",
+        "float",
+        DEFAULTS["tbt_slo_s"],
+        "time-between-tokens SLO in seconds (a request's mean)",
+        low=0.0,
+        open_low=True,
+        high=1e6,
+    ),
+    Option(
+        "token_budget",
+        "int",
+        DEFAULTS["token_budget"],
+        "tokens per iteration on each instance",
+        low=1,
+        high=65536,
+    ),
+    Option(
+        "max_seqs",
+        "int",
+        DEFAULTS["max_seqs"],
+        "requests in one batch at most, per instance",
+        low=1,
+        high=4096,
+    ),
+    Option(
+        "capacity",
+        "int",
+        None,
+        "KV blocks per instance (default: what fits on the deployment's GPUs)",
+        low=1,
+        high=MOST,
+    ),
+    WINDOW,
+    Option(
+        "train_share",
+        "float",
+        0.3,
+        "share of the requests, from the start, that PARAMS are tuned on",
+        low=0.01,
+        high=1.0,
+    ),
+)
+HORIZON_S = 600.0
+"""A replay stops this long after the last arrival; requests unfinished then count as late."""
+
+
+class ServingTarget(TargetBase):
+    """A fleet behind a router; the objective is the fleet's capacity under the TTFT and TBT SLOs."""
+
+    name = "serving"
+    description = (
+        "Route, schedule and cache for a fleet of LLM engine instances behind one router, as a router in "
+        "front of N vLLM or SGLang servers does. Every instance batches continuously (chunked prefill under "
+        "a token budget, a paged KV pool, preemption by recompute) and keeps the blocks its requests "
+        "computed as a prefix cache: a request whose leading prompt blocks an instance holds skips their "
+        "prefill there. When a request arrives, route(s, p) scores every instance (s: the request against "
+        "that instance's state, its cached prefix and queue there) and the highest gets it. Each instance "
+        "orders its requests with priority(r, p), highest first, and evicts the cached block with the "
+        "lowest evict(b, p). Maximize the fleet's capacity: the largest load (arrivals as many times as "
+        "dense as the trace's) at which at least 90% of requests meet both the time-to-first-token and the "
+        "time-between-tokens SLOs."
+    )
+    signatures = SIGNATURES
+    objective = Objective("capacity", "maximize")
+    report_metrics = (
+        "capacity",
+        "slo_attainment",
+        "ttft_p50_ms",
+        "ttft_p90_ms",
+        "ttft_p99_ms",
+        "tbt_p50_ms",
+        "tbt_p90_ms",
+        "tbt_p99_ms",
+        "hit_rate",
+        "imbalance",
+        "goodput_rps",
+        "preemptions",
+    )
+    integer_metrics = ("preemptions", "unfinished")
+    options = OPTIONS
+
+    def default_config(self) -> dict[str, Any]:
+        return {"workload": str(shipped_workload_path()), **DEFAULTS}
+
+    def registry(self, signature: str) -> FeatureRegistry:
+        return {ROUTE.name: ROUTE_FEATURES, PRIORITY.name: SCHEDULE_FEATURES, EVICT.name: EVICT_FEATURES}[
+            signature
+        ]
+
+    def properties(self) -> tuple[Property, ...]:
+        return PROPERTIES
+
+    def requests(self, workload: str) -> int:
+        return request_count(workload)
+
+    def builtin_baselines(self) -> tuple[str, ...]:
+        return tuple(BUILTIN)
+
+    def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
+        config = {**DEFAULTS, **config}
+        n = request_count(workload)
+        if isinstance(config.get("requests"), str):
+            config["requests"] = list(request_window(config["requests"], n))
+        window = config.get("requests")
+        start, stop = (int(window[0]), int(window[1])) if window else (0, n)
+        fleet_of(Instance(workload, config))  # sizes that fit no request fail here, with one line
+        cut = max(1, int((stop - start) * float(config.get("train_share", 0.3))))
+        name = f"{Path(workload).name}@{config['deployment']}x{config['instances']}:{config['load']:g}"
+        return [
+            Instance(workload, {**config, "requests": [start, start + cut]}, f"{name}[:{cut}]", "train"),
+            Instance(workload, {**config, "requests": [start, stop]}, name, "eval"),
+        ]
+
+    def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
+        searched = SEARCHED[str(instance.config.get("search", DEFAULTS["search"]))]
+        values = param_vector(program, params)
+        keys = _compiled(program.source)
+        default = _compiled(DEFAULT_SOURCE)
+        empty = np.zeros(0)
+        chosen = [
+            (keys[k], values) if name in searched else (default[k], empty) for k, name in enumerate(_NAMES)
+        ]
+        policies = Policies(
+            chosen[0][0], chosen[0][1], chosen[1][0], chosen[1][1], chosen[2][0], chosen[2][1]
+        )
+        return _metrics(instance, policies)
+
+    def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
+        if name not in BUILTIN:
+            raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(BUILTIN)})")
+        route, schedule, evict = _compiled(DEFAULT_SOURCE)
+        empty = np.zeros(0)
+        return _metrics(instance, Policies(route, empty, schedule, empty, evict, empty, BUILTIN[name]))
+
+
+_NAMES = ("route", "priority", "evict")
+
+
+def fleet_of(instance: Instance) -> tuple[Fleet, Pricing]:
+    """The instances' limits and the cost model's prices for an instance's configuration."""
+    config = {**DEFAULTS, **instance.config}
+    requests, _, block_tokens = _requests(instance)
+    try:
+        on = deployment(str(config["deployment"]))
+    except KeyError as exc:
+        raise OptionError(str(exc.args[0])) from None
+    budget, seqs = int(config["token_budget"]), int(config["max_seqs"])
+    blocks = config.get("capacity") or on.kv_blocks(block_tokens, budget, seqs)
+    if blocks < 1:
+        raise WorkloadError(f"on {on.name} no KV block of {block_tokens} tokens fits beside the weights")
+    limits = Limits(int(blocks), block_tokens, budget, min(seqs, requests.n))
+    try:
+        limits.check(requests)
+    except ValueError as exc:
+        raise WorkloadError(f"{exc} on {on.name}") from None
+    pricing = _pricing(str(config["deployment"]), budget, seqs)
+    rate = pricing.iteration_ms(np.array([0]), np.array([budget])) / budget / 1e3
+    return Fleet(int(config["instances"]), limits, rate), pricing
+
+
+@functools.lru_cache(maxsize=8)
+def _pricing(on: str, budget: int, seqs: int) -> Pricing:
+    return Pricing.of(cost_model(on=on), budget, seqs)
+
+
+def _requests(instance: Instance) -> Any:
+    window = instance.config.get("requests")
+    return requests_of(instance.workload, (int(window[0]), int(window[1])) if window else None)
+
+
+def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
+    config = {**DEFAULTS, **instance.config}
+    requests, prefixes, _ = _requests(instance)
+    fleet, pricing = fleet_of(instance)
+    slo = (float(config["ttft_slo_s"]), float(config["tbt_slo_s"]))
+
+    def at(load: float, give_up: bool) -> Any:
+        loaded = requests.scaled(load)
+        horizon = float(loaded.arrival_s[-1]) + HORIZON_S
+        allowed = int((1 - GOAL) * loaded.n) if give_up else -1
+        return replay(loaded, prefixes, fleet, policies, pricing, slo, horizon, allowed)
+
+    load = float(config["load"])
+    metrics = fleet_metrics(at(load, False), slo, fleet.instances)
+
+    def attainment(trial: float) -> float:
+        if trial == load:
+            return metrics["slo_attainment"]
+        replayed = at(trial, True)
+        return 0.0 if replayed.gave_up else fleet_metrics(replayed, slo, fleet.instances)["slo_attainment"]
+
+    metrics["capacity"] = capacity(attainment, load, GOAL)
+    return metrics
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(source: str) -> tuple[Callable[..., float], ...]:
+    """A program's three keys compiled once per process, however many trials evaluate it."""
+    program = check(source, SIGNATURES)
+    return (
+        to_numba(program, ROUTE.name, ROUTE_FEATURES.columns()),
+        to_numba(program, PRIORITY.name, SCHEDULE_COLUMNS),
+        to_numba(program, EVICT.name, EVICT_FEATURES.columns()),
+    )
