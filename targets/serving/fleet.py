@@ -10,7 +10,7 @@ Mechanism, as a router in front of N vLLM or SGLang engines runs:
   first when the pool needs room, in the eviction heap of targets/kv (ties: the earlier pushed);
 - the router sees each request as it arrives and every instance's state then, scores each instance with
   the `route` key, and sends the request to the highest (ties: the first instance); built-in routers
-  (round-robin, power of two choices, hashing the prompt's first blocks) are mechanism variants;
+  (round-robin, random, power of two choices, hashing the prompt's first blocks) are mechanism variants;
 - one clock interleaves the instances: the next event is the earliest of the next arrival and the end of
   an instance's iteration (an end first on a tie, so an arrival sees what that iteration finished); an
   idle instance plans as soon as a request reaches it. Each iteration is priced by the deployment's cost
@@ -53,7 +53,7 @@ from verifiers.compiler import FUNCTION_TYPE
 
 from .features import EVICT_FEATURES, ROUTE_FEATURES
 
-BY_KEY, ROUND_ROBIN, POWER_OF_TWO, PREFIX_HASH = 0, 1, 2, 3
+BY_KEY, ROUND_ROBIN, POWER_OF_TWO, PREFIX_HASH, RANDOM = 0, 1, 2, 3, 4
 """How the router picks: the route key, or a built-in router."""
 SAMPLES = 240
 """Points of the per-instance time series (queue length, hit rate) over the trace's span."""
@@ -306,6 +306,8 @@ def _fleet(
                 j = np.random.randint(0, N - 1) if N > 1 else i
                 j = j + 1 if N > 1 and j >= i else j
                 i = i if count[i] <= count[j] else j
+            elif router == RANDOM:
+                i = np.random.randint(0, N)
             elif router == PREFIX_HASH:
                 h = np.uint64(first_hash[r]) * np.uint64(0x9E3779B97F4A7C15)
                 h ^= h >> np.uint64(31)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from verifiers.properties import Monotone, Property, common
 
 from .features import ROUTE_AFFINITY, ROUTE_LOAD
@@ -9,10 +11,18 @@ from .features import ROUTE_AFFINITY, ROUTE_LOAD
 BOUND = 1.0e300
 """Any finite score orders instances, requests or blocks; the bound only keeps it a float."""
 
+
+def _common(function: str, subject: str, inputs: str) -> tuple[Property, ...]:
+    """The properties every decision function has, named after the function (three share a program)."""
+    return tuple(
+        replace(p, name=f"{function}-{p.name}") for p in common(function, -BOUND, BOUND, subject, inputs)
+    )
+
+
 PROPERTIES: tuple[Property, ...] = (
-    *common("route", -BOUND, BOUND, subject="The route score", inputs="request and instance state"),
-    *common("priority", -BOUND, BOUND, subject="The priority", inputs="request state"),
-    *common("evict", -BOUND, BOUND, subject="The eviction score", inputs="block state"),
+    *_common("route", "The route score", "request and instance state"),
+    *_common("priority", "The priority", "request state"),
+    *_common("evict", "The eviction score", "block state"),
     *(
         Property(
             f"load-monotone-{feature}",

@@ -32,7 +32,7 @@ from verifiers.properties import Property
 from verifiers.static import check
 
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
-from .fleet import POWER_OF_TWO, PREFIX_HASH, ROUND_ROBIN, Fleet, Policies, replay
+from .fleet import POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, replay
 from .metrics import fleet_metrics
 from .properties import PROPERTIES
 from .workload import request_count, requests_of, shipped_workload_path
@@ -80,9 +80,15 @@ def evict(b, p):
     return b.last_access
 '''
 """What a function a run does not search is: each system's most common default."""
-BUILTIN = {"round_robin": ROUND_ROBIN, "power_of_two": POWER_OF_TWO, "prefix_hash": PREFIX_HASH}
+BUILTIN = {
+    "round_robin": ROUND_ROBIN,
+    "random": RANDOM,
+    "power_of_two": POWER_OF_TWO,
+    "prefix_hash": PREFIX_HASH,
+}
 """Routers that are mechanism variants rather than keys, with FCFS and LRU on every instance.
-round_robin: SGLang's and vLLM's routers' `round_robin`. power_of_two: two instances drawn at random, the one
+round_robin: SGLang's and vLLM's routers' `round_robin`. random: theirs, and the Mooncake paper's first
+baseline (a fixed seed). power_of_two: two instances drawn at random, the one
 with fewer outstanding requests (Mitzenmacher's power of two choices; sglang-router's `power_of_two`).
 prefix_hash: consistent hashing of the request's first prompt block, the session affinity of vLLM's
 production-stack router and of Envoy's ring hash; with a fixed fleet a ring is a fixed map, so the block's
@@ -213,7 +219,7 @@ class ServingTarget(TargetBase):
         "goodput_rps",
         "preemptions",
     )
-    integer_metrics = ("preemptions", "unfinished")
+    integer_metrics = ("preemptions",)
     options = OPTIONS
 
     def default_config(self) -> dict[str, Any]:
