@@ -19,7 +19,11 @@ PRICING = Pricing.of(cost_model(on="h100-llama3-8b"), 256, 64)
 NONE = np.zeros(0)
 
 
-def keys(route: str = "-s.outstanding", priority: str = "r.waiting", evict: str = "b.last_access") -> Policies:
+def keys(
+    route: str = "-s.outstanding",
+    priority: str = "r.waiting",
+    evict: str = "b.last_access",
+) -> Policies:
     source = (
         '"""A test policy."""\n\n\n'
         f"def route(s, p):\n    return {route}\n\n\n"
@@ -48,7 +52,9 @@ def trace(prompts: list[list[int]], arrivals: list[float], outputs: list[int] | 
     requests = Requests(np.array(arrivals, dtype=float), np.array([len(p) * BT for p in prompts]), out)
     first = np.array([blocks[offsets[r]] for r in range(n)], dtype=np.int64)
     a = np.asarray
-    prefixes = Prefixes(a(offsets, np.int64), a(blocks, np.int64), a(parent, np.int64), a(depth, np.int64), first)
+    prefixes = Prefixes(
+        a(offsets, np.int64), a(blocks, np.int64), a(parent, np.int64), a(depth, np.int64), first
+    )
     return requests, prefixes
 
 
@@ -84,7 +90,7 @@ def test_a_preempted_request_finds_its_own_prefix_cached_and_recomputes_less() -
 
 def test_a_cached_prefix_skips_its_prefill() -> None:
     shared = list(range(200))
-    requests, prefixes = trace([shared + [500], shared + [600]], [0.0, 10.0])
+    requests, prefixes = trace([[*shared, 500], [*shared, 600]], [0.0, 10.0])
     replayed = run(requests, prefixes, pool=420)
     assert replayed.hit_tokens.tolist() == [0.0, 200 * BT]
     ttft = replayed.served.first_token - replayed.served.arrival
@@ -108,7 +114,7 @@ def test_every_request_finishes_in_a_pool_barely_larger_than_the_longest() -> No
 
 def test_least_outstanding_spreads_and_a_prefix_key_follows_the_cache() -> None:
     shared = list(range(8))
-    prompts = [shared + [100 + r] for r in range(6)]
+    prompts = [[*shared, 100 + r] for r in range(6)]
     arrivals = [float(r) * 10 for r in range(6)]  # each finishes before the next arrives
     requests, prefixes = trace(prompts, arrivals)
     spread = run(requests, prefixes, n=3, policies=keys(route="-s.tree_blocks")).routed
