@@ -18,7 +18,7 @@ from search.jobs import job, run
 from search.loop.search import domains
 from search.service.runs import instances, resolve
 from search.store.readmodel import Verdict
-from targets.base import Instance, Target
+from targets.base import Instance, Target, timelines
 from verifiers.program import Program
 from verifiers.properties import Outcome
 from verifiers.smt import Verifier
@@ -94,7 +94,7 @@ def evaluate_baselines(
     for name, result in zip(names, results, strict=True):
         if result.status != "ok":
             raise UserError(f"baseline {name} failed: {result.status}: {result.message}")
-        table[name] = result.instances[0].metrics
+        table[name] = timelines(result.instances[0].metrics)[0]
     return BaselineTable(planned.workload, planned.options, evals[0].label, table)
 
 
@@ -126,7 +126,7 @@ def evaluate_file(
         options=planned.options,
         instance=evals[0].label if evals else "",
         params=result.params,
-        metrics=evals[0].metrics if evals else {},
+        metrics=timelines(evals[0].metrics)[0] if evals else {},
         backend=result.backend,
         refuted=refuted,
     )

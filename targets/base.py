@@ -129,6 +129,36 @@ MOST = 10**12
 needs, and exact in the float64 a compiled mechanism computes in."""
 
 
+TIMELINE = "timeline."
+"""Metrics named `timeline.<series>.<lane>.<k>` are one figure over time, not figures of their own: point k
+of series <series> (a queue length, a hit rate) for lane <lane> (a fleet's instance), `timeline.step_s`
+seconds apart. Reports and tables leave them out; the run page draws them (`timelines`)."""
+
+
+def timeline_metrics(series: Mapping[str, Sequence[Sequence[float]]], step_s: float) -> dict[str, float]:
+    """Series of lanes over time (one row a lane) as metrics, named by TIMELINE's rule."""
+    metrics = {f"{TIMELINE}step_s": float(step_s)}
+    for name, lanes in series.items():
+        for lane, points in enumerate(lanes):
+            metrics.update({f"{TIMELINE}{name}.{lane}.{k}": float(v) for k, v in enumerate(points)})
+    return metrics
+
+
+def timelines(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, list[list[float]]], float]:
+    """The metrics apart from their timelines, the timelines (series -> lanes -> points) and their step."""
+    plain = {k: v for k, v in metrics.items() if not k.startswith(TIMELINE)}
+    series: dict[str, dict[int, dict[int, float]]] = {}
+    for key, value in metrics.items():
+        parts = key.split(".")
+        if key.startswith(TIMELINE) and len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+            series.setdefault(parts[1], {}).setdefault(int(parts[2]), {})[int(parts[3])] = value
+    lanes = {
+        name: [[points[k] for k in sorted(points)] for _, points in sorted(by_lane.items())]
+        for name, by_lane in series.items()
+    }
+    return plain, lanes, float(metrics.get(f"{TIMELINE}step_s", 0.0))
+
+
 class WorkloadError(ValueError):
     """A workload a user supplied cannot be used; the message is one line that says why."""
 

@@ -197,3 +197,27 @@ def pareto_chart(report: StudyReport, x: str, y: str) -> alt.LayerChart:
         .encode(*axes, order=alt.Order(f"{x}:Q"))
     )
     return alt.layer(line, dots).properties(height=340)
+
+
+def timeline_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Each series over time, a line per instance, a column per policy: where a fleet's queues build up
+    and where its caches hit."""
+    return (
+        alt.Chart(frame)
+        .mark_line()
+        .encode(
+            alt.X("t_s:Q", title="seconds into the window"),
+            alt.Y("value:Q", title=None),
+            alt.Color("lane:N", title=None, sort=None),
+            alt.Row("series:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
+            alt.Column("policy:N", title=None),
+            tooltip=[
+                "policy:N",
+                "lane:N",
+                alt.Tooltip("t_s:Q", format=".0f"),
+                alt.Tooltip("value:Q", format=".3f"),
+            ],
+        )
+        .properties(width=320, height=160)
+        .resolve_scale(y="independent")
+    )

@@ -5,7 +5,7 @@ Plain functions from records to pandas frames, so what a page shows is testable 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,3 +301,15 @@ def sandbox_frame(c: CandidateInfo) -> pd.DataFrame:
         ],
         columns=["instance", "role", "backend", "seconds"],
     )
+
+
+def timeline_frame(policies: Mapping[str, EvaluationInfo]) -> pd.DataFrame:
+    """Each policy's timelines on one instance, long: policy, series, lane, seconds, value."""
+    rows = [
+        {"policy": policy, "series": series, "lane": f"instance {lane}", "t_s": k * e.step_s, "value": value}
+        for policy, e in policies.items()
+        for series, lanes in e.timelines.items()
+        for lane, points in enumerate(lanes)
+        for k, value in enumerate(points)
+    ]
+    return pd.DataFrame(rows, columns=["policy", "series", "lane", "t_s", "value"])

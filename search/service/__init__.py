@@ -39,10 +39,11 @@ from search.store.readmodel import (
     VerificationCounts,
 )
 from search.store.store import StoreError
-from search.terms import UNSEEN
+from search.terms import BASELINE, UNSEEN
 from targets.base import Option, OptionError
 
 __all__ = [
+    "BASELINE",
     "DEFAULT_STORE",
     "SETTINGS",
     "STORE_ENV",

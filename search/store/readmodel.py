@@ -25,7 +25,7 @@ from search.stats.means import mean_metrics
 from search.store.store import TUNE, Store
 from search.store.tables import Candidate, Evaluation, Event, Run
 from search.terms import BASELINE, TAIL, TAIL_RETUNED, UNSEEN, WHOLE, Split
-from targets.base import Objective, Target
+from targets.base import Objective, Target, timelines
 from verifiers.static import StaticError, check, render
 
 RAN = ("evaluated", "gated")
@@ -105,6 +105,10 @@ class EvaluationInfo(_Record):
     params: dict[str, float]
     seconds: float
     backend: str
+    timelines: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Figures over time, where the target keeps them: series -> lane (a fleet's instance) -> points."""
+    step_s: float = 0.0
+    """Seconds between two points of a timeline."""
 
 
 @dataclass(frozen=True)
@@ -572,7 +576,7 @@ class ReadModel:
         found: dict[tuple[int | None, str], dict[str, list[dict[str, float]]]] = {}
         for e in self.store.evaluations(run.id):
             found.setdefault((e.candidate_id, e.policy), {}).setdefault(e.role, []).append(
-                json.loads(e.metrics)
+                _figures(e.metrics)
             )
         out = []
         for (candidate_id, policy), roles in found.items():
@@ -599,7 +603,7 @@ class ReadModel:
         scored: dict[int | None, dict[str, list[dict[str, float]]]] = {}
         settings: dict[int | None, dict[str, float]] = {}
         for e in self.store.evaluations(run.id):
-            scored.setdefault(e.candidate_id, {}).setdefault(e.role, []).append(json.loads(e.metrics))
+            scored.setdefault(e.candidate_id, {}).setdefault(e.role, []).append(_figures(e.metrics))
             settings[e.candidate_id] = json.loads(e.params)
 
         def means(row: Candidate, role: str) -> dict[str, float]:
@@ -780,9 +784,15 @@ def _by_candidate(evaluations: Sequence[Evaluation]) -> dict[int, list[Evaluatio
     return out
 
 
+def _figures(text: str) -> dict[str, float]:
+    """An evaluation's metrics without its timelines (targets.base.TIMELINE)."""
+    return timelines(json.loads(text))[0]
+
+
 def _evaluation(e: Evaluation) -> EvaluationInfo:
+    metrics, lanes, step_s = timelines(json.loads(e.metrics))
     return EvaluationInfo(
-        e.instance, e.role, json.loads(e.metrics), json.loads(e.params), e.seconds, e.backend
+        e.instance, e.role, metrics, json.loads(e.params), e.seconds, e.backend, lanes, step_s
     )
 
 

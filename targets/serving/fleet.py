@@ -55,7 +55,7 @@ from .features import EVICT_FEATURES, ROUTE_FEATURES
 
 BY_KEY, ROUND_ROBIN, POWER_OF_TWO, PREFIX_HASH, RANDOM = 0, 1, 2, 3, 4
 """How the router picks: the route key, or a built-in router."""
-SAMPLES = 240
+SAMPLES = 48
 """Points of the per-instance time series (queue length, hit rate) over the trace's span."""
 HIT_WINDOW = 32.0
 """Admissions a hit rate's moving average spans (its weight is 1/32)."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from targets.base import timeline_metrics
 from targets.batching.metrics import serving_metrics
 
 from .fleet import Replayed
+
+SHOWN_INSTANCES = 16
+"""Instances whose queue and hit rate over time an evaluation keeps (the first ones): what a figure shows."""
 
 
 def fleet_metrics(replayed: Replayed, slo_s: tuple[float, float], instances: int) -> dict[str, float]:
@@ -38,3 +42,10 @@ def fleet_metrics(replayed: Replayed, slo_s: tuple[float, float], instances: int
         "hit_rate": float(replayed.hit_tokens.sum()) / prompt if prompt else 0.0,
         "imbalance": float(per_instance.max() / per_instance.mean()) if per_instance.sum() else 1.0,
     }
+
+
+def fleet_timelines(replayed: Replayed) -> dict[str, float]:
+    """Each instance's waiting requests and recent hit rate over the replay, as timeline metrics."""
+    shown = slice(0, SHOWN_INSTANCES)
+    series = {"queued": replayed.queue_series[shown], "hit_rate": replayed.hit_series[shown]}
+    return timeline_metrics(series, replayed.sample_s)

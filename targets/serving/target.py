@@ -33,7 +33,7 @@ from verifiers.static import check
 
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
 from .fleet import POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, replay
-from .metrics import fleet_metrics
+from .metrics import fleet_metrics, fleet_timelines
 from .properties import PROPERTIES
 from .workload import request_count, requests_of, shipped_workload_path
 
@@ -324,7 +324,8 @@ def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
         return replay(loaded, prefixes, fleet, policies, pricing, slo, horizon, allowed)
 
     load = float(config["load"])
-    metrics = fleet_metrics(at(load, False), slo, fleet.instances)
+    replayed = at(load, False)
+    metrics = fleet_metrics(replayed, slo, fleet.instances)
 
     def attainment(trial: float) -> float:
         if trial == load:
@@ -333,7 +334,7 @@ def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
         return 0.0 if replayed.gave_up else fleet_metrics(replayed, slo, fleet.instances)["slo_attainment"]
 
     metrics["capacity"] = capacity(attainment, load, GOAL)
-    return metrics
+    return metrics | (fleet_timelines(replayed) if instance.role == "eval" else {})
 
 
 @functools.lru_cache(maxsize=16)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from search.service import UNSEEN, CandidateInfo, HoldoutReport, RunInfo, StudyReport
+from search.service import (
+    BASELINE,
+    UNSEEN,
+    CandidateInfo,
+    EvaluationInfo,
+    HoldoutReport,
+    RunInfo,
+    StudyReport,
+)
 from ui import charts, controls, data, frames, genealogy, nav, states
 
 url = data.db_url()
@@ -244,6 +252,32 @@ def study_tab(report: StudyReport) -> None:
     figures_table(table, knobs)
 
 
+def timelines(run: RunInfo, candidates: list[CandidateInfo]) -> dict[str, EvaluationInfo]:
+    """The best candidate's and the best baseline's evaluations on the first eval instance, where the target
+    keeps figures over time (a serving fleet's queues and hit rates); empty otherwise."""
+    maximize = run.direction == "maximize"
+
+    def first(evaluations: list[EvaluationInfo]) -> EvaluationInfo | None:
+        return next((e for e in evaluations if e.role == "eval" and e.timelines), None)
+
+    found = [c for c in candidates if c.proposer != BASELINE and c.score is not None and first(c.evaluations)]
+    base = [b for b in states.read(data.baselines, url, run.run_id) if b.score is not None and not b.oracle]
+    base = [b for b in base if first(b.evaluations)]
+    if not found or not base:
+        return {}
+    best = max(found, key=lambda c: c.score if maximize else -c.score)  # type: ignore[operator]
+    rival = max(base, key=lambda b: b.score if maximize else -b.score)  # type: ignore[operator]
+    mine, theirs = first(best.evaluations), first(rival.evaluations)
+    assert mine is not None and theirs is not None
+    return {f"found {best.label}": mine, f"best baseline: {rival.name}": theirs}
+
+
+def timelines_tab(shown: dict[str, EvaluationInfo]) -> None:
+    instance = next(iter(shown.values())).instance
+    st.caption(f"On {instance}: each instance's waiting requests and recent prefix hit rate over the window.")
+    st.altair_chart(charts.timeline_chart(frames.timeline_frame(shown)), width="content")
+
+
 def page() -> None:
     run = states.read(data.run, url, chosen.run_id)
     if live and run.status != "running":
@@ -254,7 +288,9 @@ def page() -> None:
     names = ["Progress", "Leaderboard", "Genealogy", "Islands", "Failures", "Proposers"]
     held_out = states.read(data.holdout, url, run.run_id)  # None for a run without --holdout
     study = states.read(data.study, url, run.run_id)  # None for a run not made by crucible tune
+    over_time = timelines(run, candidates)
     extra = ["Held-out tail"] * (held_out is not None) + ["Study"] * (study is not None)
+    extra += ["Over time"] * bool(over_time)
     tabs = st.tabs(names + extra)
     with tabs[0]:
         progress_tab(run)
@@ -272,8 +308,11 @@ def page() -> None:
         with tabs[names.index("Proposers") + 1]:
             holdout_tab(held_out)
     if study is not None:
-        with tabs[-1]:
+        with tabs[names.index("Proposers") + 1 + (held_out is not None)]:
             study_tab(study)
+    if over_time:
+        with tabs[-1]:
+            timelines_tab(over_time)
 
 
 st.fragment(page, run_every=nav.REFRESH_S if live else None)()
