@@ -75,3 +75,67 @@ def grouped(title: str, metric: str, rows: Sequence[tuple[str, str, Mapping[str,
             x += 20 + 7 * len(key)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+LANES = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+)
+"""One colour per lane (a fleet's instance) of a timeline."""
+PANEL_W, PANEL_H = 300, 120
+
+
+def lines(title: str, panels: Sequence[tuple[str, str, Sequence[Sequence[float]], float]]) -> str:
+    """Small multiples of lanes over time: one panel per (policy, series), a line per lane, the panels of
+    one series on one scale. Each panel is (policy, series, lanes, seconds between points)."""
+    columns = list(dict.fromkeys(p for p, _, _, _ in panels))
+    rows = list(dict.fromkeys(s for _, s, _, _ in panels))
+    tops = {
+        r: max((max(map(max, lanes), default=0.0) for _, s, lanes, _ in panels if s == r), default=0.0)
+        for r in rows
+    }
+    width, height = 60 + len(columns) * (PANEL_W + 20), 40 + len(rows) * (PANEL_H + 36)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="0" y="14" font-weight="bold">{escape(title)}</text>',
+    ]
+    for policy, series, lanes, step_s in panels:
+        x0 = 60 + columns.index(policy) * (PANEL_W + 20)
+        y0 = 40 + rows.index(series) * (PANEL_H + 36)
+        top = tops[series] or 1.0
+        parts.append(f'<text x="{x0}" y="{y0 - 6}">{escape(policy)}: {escape(series)}</text>')
+        parts.append(
+            f'<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#ccc"/>'
+        )
+        parts.append(f'<text x="{x0 - 4}" y="{y0 + 10}" text-anchor="end" fill="#555">{top:.3g}</text>')
+        parts.append(f'<text x="{x0 - 4}" y="{y0 + PANEL_H}" text-anchor="end" fill="#555">0</text>')
+        span = max(len(lane) for lane in lanes) - 1 if lanes else 0
+        parts.append(
+            f'<text x="{x0 + PANEL_W}" y="{y0 + PANEL_H + 14}" text-anchor="end" fill="#555">'
+            f"{span * step_s:.0f} s</text>"
+        )
+        for k, lane in enumerate(lanes):
+            points = " ".join(
+                f"{x0 + PANEL_W * i / max(span, 1):.1f},{y0 + PANEL_H * (1 - v / top):.1f}"
+                for i, v in enumerate(lane)
+            )
+            colour = LANES[k % len(LANES)]
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.2"/>')
+    parts.append("</svg>")
+    return "\n".join(parts)

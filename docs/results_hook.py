@@ -11,6 +11,10 @@ bench's figures fail the build. The found candidate's row is named `found #N`.
 `{{ chart NAME PATH metric=M }}` draws the same rows as a bar chart (docs/charts.py): the found policy,
 each baseline and the oracle bound on one axis. Several files (`{{ chart A,B holdout.rows metric=tail }}`,
 held-out seeds) are drawn side by side, a series each, named by their command's `--seed`.
+
+`{{ timeline NAME:PATH=LABEL ... }}` draws figures over time (a serving fleet's queue and hit rate per
+instance, as `crucible eval --json` and `crucible baselines --json` keep them under `timelines`): one column
+per NAME:PATH, labelled LABEL, one row per series, a line per instance.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import re
 import shlex
 from typing import Any
 
-from charts import grouped
+from charts import grouped, lines
 from mkdocs.exceptions import PluginError
 from record import RESULTS, read
 
 PLACEHOLDER = re.compile(r"^\{\{ result (?P<name>[\w.-]+)(?P<rest>[^}]*)\}\}$", re.MULTILINE)
 CHART = re.compile(r"^\{\{ chart (?P<names>[\w.,-]+)(?P<rest>[^}]*)\}\}$", re.MULTILINE)
+TIMELINE = re.compile(r"^\{\{ timeline (?P<rest>[^}]*)\}\}$", re.MULTILINE)
 
 
 def number(value: Any) -> str:
@@ -180,7 +185,23 @@ def chart(names: str, rest: str, page_path: str) -> str:
     return f'<figure markdown="0">\n{svg}\n</figure>'
 
 
+def timeline(rest: str, page_path: str) -> str:
+    """Each NAME:PATH=LABEL's timelines ({step_s, series}) as small multiples, a column per label."""
+    panels = []
+    for word in rest.split():
+        where, _, label = word.partition("=")
+        name, _, path = where.partition(":")
+        if not (name and path and label):
+            raise PluginError(f"{page_path}: a timeline names NAME:PATH=LABEL, got {word!r}")
+        kept = select(_recorded(name, page_path)["data"], path, name)
+        for series, lanes in kept["series"].items():
+            panels.append((label, series, lanes, float(kept["step_s"])))
+    svg = lines("each instance over the window", panels)
+    return f'<figure markdown="0">\n{svg}\n</figure>'
+
+
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     """Replace each placeholder line of the page with its figures, each chart line with its chart."""
     markdown = CHART.sub(lambda m: chart(m["names"], m["rest"], page.file.src_uri), markdown)
+    markdown = TIMELINE.sub(lambda m: timeline(m["rest"], page.file.src_uri), markdown)
     return PLACEHOLDER.sub(lambda m: render(m["name"], m["rest"], page.file.src_uri), markdown)

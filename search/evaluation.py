@@ -7,7 +7,7 @@ run service checks a run's, so `baselines`, `eval` and `search` accept and refus
 from __future__ import annotations
 
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,20 @@ def plan(target: Target, workload: str | None, options: dict[str, Any]) -> Plann
 
 
 @dataclass(frozen=True)
+class Timelines:
+    """Figures over time (targets.base.TIMELINE): series -> lanes -> points, `step_s` apart."""
+
+    step_s: float
+    series: dict[str, list[list[float]]]
+
+
+def split(metrics: dict[str, float]) -> tuple[dict[str, float], Timelines | None]:
+    """An evaluation's metrics and, apart, its figures over time (None where it keeps none)."""
+    plain, series, step_s = timelines(metrics)
+    return plain, Timelines(step_s, series) if series else None
+
+
+@dataclass(frozen=True)
 class BaselineTable:
     """Every baseline's metrics on the eval instance of a workload."""
 
@@ -48,6 +62,8 @@ class BaselineTable:
     options: dict[str, Any]
     instance: str
     baselines: dict[str, dict[str, float]]
+    timelines: dict[str, Timelines] = field(default_factory=dict)
+    """Each baseline's figures over time, where the target keeps them (a serving fleet's)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +82,8 @@ class FileEvaluation:
     metrics: dict[str, float]
     backend: str
     refuted: list[Verdict]
+    timelines: Timelines | None = None
+    """Its figures over time, where the target keeps them (a serving fleet's)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,11 +109,14 @@ def evaluate_baselines(
     else:
         results = run(sandbox, jobs, executor)
     table: dict[str, dict[str, float]] = {}
+    over_time: dict[str, Timelines] = {}
     for name, result in zip(names, results, strict=True):
         if result.status != "ok":
             raise UserError(f"baseline {name} failed: {result.status}: {result.message}")
-        table[name] = timelines(result.instances[0].metrics)[0]
-    return BaselineTable(planned.workload, planned.options, evals[0].label, table)
+        table[name], kept = split(result.instances[0].metrics)
+        if kept is not None:
+            over_time[name] = kept
+    return BaselineTable(planned.workload, planned.options, evals[0].label, table, over_time)
 
 
 def evaluate_file(
@@ -120,13 +141,15 @@ def evaluate_file(
     if result.status != "ok":
         raise UserError(f"{file}: evaluation {result.status}: {result.message}")
     evals = [i for i in result.instances if i.role == "eval"]
+    plain, kept = split(evals[0].metrics) if evals else ({}, None)
     return FileEvaluation(
         file=file,
         workload=planned.workload,
         options=planned.options,
         instance=evals[0].label if evals else "",
         params=result.params,
-        metrics=timelines(evals[0].metrics)[0] if evals else {},
+        metrics=plain,
+        timelines=kept,
         backend=result.backend,
         refuted=refuted,
     )
