@@ -2,7 +2,8 @@
 with the command that wrote them, its commit, date and machine, so a figure and its command cannot disagree.
 
 `{{ result NAME PATH }}` shows one part of the data only: PATH is a dotted path to a table (a list of
-rows) or a mapping; several paths joined by commas make one table (a mapping is one row), e.g.
+rows), a mapping of rows (by name) or a mapping; several paths joined by commas make one table (a mapping
+is one row), e.g.
 `{{ result kv_search best,baselines }}`. A row's nested mappings (a candidate's `metrics`) become columns of
 their own; `columns=a,b,c` keeps some columns, in that order; `sort=-a` orders the rows by a column
 (descending with the minus). A missing file, a PATH that names nothing or a quick
@@ -54,6 +55,13 @@ def rows_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(row.get(c, "")) for c in header) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def named_rows(value: Any) -> Any:
+    """A mapping of mappings (each baseline's metrics, by name) as rows with a `name`; else as it is."""
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        return [{"name": k, **v} for k, v in value.items()]
+    return value
 
 
 def flat(row: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +131,7 @@ def render(name: str, rest: str, page_path: str) -> str:
     if selected:
         chosen = [select(record["data"], path, name) for path in selected[0].split(",")]
         rows = [r for c in chosen for r in (c if isinstance(c, list) else [c])]
-        value: Any = rows if len(chosen) > 1 or isinstance(chosen[0], list) else chosen[0]
+        value: Any = rows if len(chosen) > 1 or isinstance(chosen[0], list) else named_rows(chosen[0])
         order = next((w.split("=", 1)[1] for w in words if w.startswith("sort=")), "")
         if order and isinstance(value, list):
             key = order.lstrip("-")
