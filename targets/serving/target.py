@@ -156,6 +156,7 @@ OPTIONS = (
         "tokens per iteration on each instance",
         low=1,
         high=65536,
+        tune=(256, 8192),
     ),
     Option(
         "max_seqs",
@@ -164,6 +165,7 @@ OPTIONS = (
         "requests in one batch at most, per instance",
         low=1,
         high=4096,
+        tune=(16, 1024),
     ),
     Option(
         "capacity",
