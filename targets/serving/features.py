@@ -74,7 +74,7 @@ ROUTE_FEATURES = FeatureRegistry(
             "share",
             0.0,
             1.0,
-            "share of prompt tokens its recent admissions found cached (moving average over about 32)",
+            "the share of its prompt each recent admission found cached, averaged over about the last 32",
         ),
         Feature(
             "ttft_estimate_s",
