@@ -90,9 +90,14 @@ BUILTIN = {
 round_robin: SGLang's and vLLM's routers' `round_robin`. random: theirs, and the Mooncake paper's first
 baseline (a fixed seed). power_of_two: two instances drawn at random, the one
 with fewer outstanding requests (Mitzenmacher's power of two choices; sglang-router's `power_of_two`).
-prefix_hash: consistent hashing of the request's first prompt block, the session affinity of vLLM's
-production-stack router and of Envoy's ring hash; with a fixed fleet a ring is a fixed map, so the block's
-id is hashed (splitmix64's multiplier) modulo the instances."""
+prefix_hash: consistent hashing of the prompt's first blocks (workload.AFFINITY_BLOCKS), the session
+affinity of vLLM's production-stack router and of Envoy's ring hash; with a fixed fleet a ring is a fixed
+map, so the id is hashed (splitmix64's multiplier) modulo the instances."""
+BOUND = "work_bound"
+"""The upper reference, a bound: the load at which the fleet would be busy all the time, every request's
+prompt prefilled past the longest prefix any earlier request had (a cache that never evicts, shared by
+the whole fleet) at the deployment's full-budget prefill rate, and every output token decoded in a full
+batch of `max_seqs`. No router or scheduler can sustain more; the SLOs only lower it."""
 DEFAULTS: dict[str, Any] = {
     "deployment": DEFAULT,
     "instances": 8,
@@ -239,7 +244,7 @@ class ServingTarget(TargetBase):
         return request_count(workload)
 
     def builtin_baselines(self) -> tuple[str, ...]:
-        return tuple(BUILTIN)
+        return (*BUILTIN, BOUND)
 
     def instances(self, workload: str, config: Mapping[str, Any]) -> list[Instance]:
         config = {**DEFAULTS, **config}
@@ -270,11 +275,16 @@ class ServingTarget(TargetBase):
         )
         return _metrics(instance, policies)
 
+    def oracles(self) -> tuple[str, ...]:
+        return (BOUND,)
+
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
-        if name not in BUILTIN:
-            raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(BUILTIN)})")
-        route, schedule, evict = _compiled(DEFAULT_SOURCE)
         empty = np.zeros(0)
+        if name == BOUND:
+            return {"capacity": work_bound(instance)}
+        if name not in BUILTIN:
+            raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
+        route, schedule, evict = _compiled(DEFAULT_SOURCE)
         return _metrics(instance, Policies(route, empty, schedule, empty, evict, empty, BUILTIN[name]))
 
 
@@ -348,3 +358,26 @@ def _compiled(source: str) -> tuple[Callable[..., float], ...]:
         to_numba(program, PRIORITY.name, SCHEDULE_COLUMNS),
         to_numba(program, EVICT.name, EVICT_FEATURES.columns()),
     )
+
+
+def work_bound(instance: Instance) -> float:
+    """BOUND's load: the fleet's seconds over the seconds of work the window asks at load 1."""
+    config = {**DEFAULTS, **instance.config}
+    requests, prefixes, block_tokens = _requests(instance)
+    fleet, pricing = fleet_of(instance)
+    seen: set[int] = set()
+    uncached = 0.0
+    for r in range(requests.n):
+        blocks = prefixes.blocks[prefixes.offsets[r] : prefixes.offsets[r + 1]]
+        hit = 0
+        while hit < blocks.size and int(blocks[hit]) in seen:
+            hit += 1
+        prompt = int(requests.prompt_tokens[r])
+        uncached += prompt - min(hit, (prompt - 1) // block_tokens) * block_tokens
+        seen.update(int(b) for b in blocks)
+    seqs = fleet.limits.max_seqs
+    context = int(np.mean(requests.prompt_tokens + requests.output_tokens / 2))
+    decode_s = pricing.iteration_ms(np.full(seqs, context), np.ones(seqs, dtype=np.int64)) / seqs / 1e3
+    work_s = uncached * fleet.prefill_s_per_token + float((requests.output_tokens - 1).sum()) * decode_s
+    span = float(requests.arrival_s[-1] - requests.arrival_s[0])
+    return fleet.instances * span / work_s if work_s > 0 else float(config["load"])
