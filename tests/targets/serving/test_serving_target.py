@@ -45,6 +45,12 @@ def test_capacity_is_the_objective_and_every_baseline_has_one() -> None:
     assert baseline("mooncake_conductor")["capacity"] > baseline("round_robin")["capacity"]
 
 
+def test_the_upper_reference_is_a_bound_above_every_router() -> None:
+    assert TARGET.oracles() == ("work_bound",)
+    bound = baseline("work_bound")["capacity"]
+    assert bound > max(baseline(n)["capacity"] for n in ("mooncake_conductor", "llmd_weighted", "dynamo_kv"))
+
+
 ODD = '''"""Routes everything to the last instance, serves the newest first, evicts the most recent."""
 
 
