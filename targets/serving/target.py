@@ -262,18 +262,15 @@ class ServingTarget(TargetBase):
         ]
 
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
+        """The program's functions that the run searches, the defaults for the others."""
         searched = SEARCHED[str(instance.config.get("search", DEFAULTS["search"]))]
         values = param_vector(program, params)
-        keys = _compiled(program.source)
-        default = _compiled(DEFAULT_SOURCE)
-        empty = np.zeros(0)
-        chosen = [
-            (keys[k], values) if name in searched else (default[k], empty) for k, name in enumerate(_NAMES)
-        ]
-        policies = Policies(
-            chosen[0][0], chosen[0][1], chosen[1][0], chosen[1][1], chosen[2][0], chosen[2][1]
+        found, default = _compiled(program.source), _compiled(DEFAULT_SOURCE)
+        (route, rp), (schedule, sp), (evict, ep) = (
+            (found[k], values) if name in searched else (default[k], np.zeros(0))
+            for k, name in enumerate(_NAMES)
         )
-        return _metrics(instance, policies)
+        return _metrics(instance, Policies(route, rp, schedule, sp, evict, ep))
 
     def oracles(self) -> tuple[str, ...]:
         return (BOUND,)
