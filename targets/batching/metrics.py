@@ -24,16 +24,22 @@ METRICS = (
 )
 
 
+def latencies(served: Served) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's TTFT, the TPOT of those with more than one output token, and which those are; a
+    request unfinished at the horizon measured up to it."""
+    end = served.end_s
+    first = np.where(np.isnan(served.first_token), end, served.first_token)
+    finish = np.where(np.isnan(served.finish), end, served.finish)
+    steps = served.output - 1
+    multi = steps > 0
+    return first - served.arrival, (finish[multi] - first[multi]) / steps[multi], multi
+
+
 def serving_metrics(served: Served, slo_s: tuple[float, float]) -> dict[str, float]:
     """Per-request latencies summarised; a request unfinished at the horizon counts as late, its TTFT (and
     TPOT) measured up to the horizon, so a policy cannot gain by never serving someone."""
     end = served.end_s
-    first = np.where(np.isnan(served.first_token), end, served.first_token)
-    finish = np.where(np.isnan(served.finish), end, served.finish)
-    ttft = first - served.arrival
-    steps = served.output - 1
-    multi = steps > 0
-    tpot = (finish[multi] - first[multi]) / steps[multi]
+    ttft, tpot, multi = latencies(served)
     ok = ttft <= slo_s[0]
     ok[multi] &= tpot <= slo_s[1]
     done = ~np.isnan(served.finish)

@@ -180,33 +180,15 @@ def _fleet(
     X = np.zeros((n, N_COLUMNS))
     preempted = np.zeros(n, dtype=np.int64)
     chunk_ms = np.zeros(budget)
-    # Prefix caches: a block's slot on an instance (-1 if absent), and each slot's record.
-    n_blocks = parent.size
-    slot = np.full((N, n_blocks), -1, dtype=np.int32)
-    s_block = np.zeros((N, pool), dtype=np.int64)
-    refs = np.zeros((N, pool), dtype=np.int64)
-    kids = np.zeros((N, pool), dtype=np.int64)
-    hits = np.zeros((N, pool))
-    last = np.zeros((N, pool))
-    inserted = np.zeros((N, pool))
-    queued_at = np.full((N, pool), -1.0)  # the heap entry that stands for it, while evictable
-    spare = np.zeros((N, pool), dtype=np.int64)
-    n_spare = np.full(N, pool, dtype=np.int64)
-    for i in range(N):
-        for k in range(pool):
-            spare[i, k] = pool - 1 - k
-    cap = 4 * pool + 16
-    H = np.zeros((N, 2 * cap))
-    n_heap = np.zeros(N, dtype=np.int64)
-    pushes = 0
-    resident = np.zeros(N, dtype=np.int64)
+    cache = _new_caches(N, pool, parent.size)
+    slot, s_block, refs, kids, hits, last, inserted, queued_at, spare, n_spare, resident, H, n_heap, _ = cache
     pinned_sum = np.zeros(N, dtype=np.int64)
     hit_rate = np.zeros(N)
     pinned = np.zeros(n, dtype=np.int64)  # leading prompt blocks each request pins
     admitted = np.zeros(n, dtype=np.bool_)
     XE = np.zeros((1, 4))
     XR = np.zeros((N, 25))
-    sent = np.zeros((N, n_blocks), dtype=np.bool_)  # blocks routed to each instance so far
+    sent = np.zeros((N, parent.size), dtype=np.bool_)  # blocks routed to each instance so far
     tree = np.zeros(N)
     # Requests in the order they arrive; the loop.
     a, iterations, now, status, rr = 0, 0, 0.0, 0, 0
@@ -269,31 +251,7 @@ def _fleet(
                 if request_status(S, r) == DONE:
                     if request_first_token(S, r) - arrival[r] > setting0[4]:
                         late += 1
-                    pushes = _unpin(
-                        i,
-                        r,
-                        now,
-                        pinned,
-                        offsets,
-                        blocks,
-                        slot,
-                        refs,
-                        kids,
-                        last,
-                        inserted,
-                        hits,
-                        depth,
-                        queued_at,
-                        H,
-                        n_heap,
-                        pushes,
-                        pool,
-                        cap,
-                        evict,
-                        PE,
-                        XE,
-                        pinned_sum,
-                    )
+                    _unpin(cache, i, r, now, pinned, pinned_sum, offsets, blocks, depth, evict, PE, XE)
             count[i] = drop_done(S, live[i], count[i])
         else:  # a request arrives: route it
             r = a
@@ -363,31 +321,7 @@ def _fleet(
                 slot[i],
             )
             for k in range(lost):
-                pushes = _unpin(
-                    i,
-                    preempted[k],
-                    now,
-                    pinned,
-                    offsets,
-                    blocks,
-                    slot,
-                    refs,
-                    kids,
-                    last,
-                    inserted,
-                    hits,
-                    depth,
-                    queued_at,
-                    H,
-                    n_heap,
-                    pushes,
-                    pool,
-                    cap,
-                    evict,
-                    PE,
-                    XE,
-                    pinned_sum,
-                )
+                _unpin(cache, i, preempted[k], now, pinned, pinned_sum, offsets, blocks, depth, evict, PE, XE)
             if rows > 0 or lost == 0:
                 break
         if rows == 0:
@@ -421,32 +355,7 @@ def _fleet(
             s = int(q % pool)
             if queued_at[i, s] != q:
                 continue
-            pushes = _evict(
-                i,
-                s,
-                now,
-                slot,
-                s_block,
-                refs,
-                kids,
-                last,
-                inserted,
-                hits,
-                depth,
-                parent,
-                queued_at,
-                spare,
-                n_spare,
-                resident,
-                H,
-                n_heap,
-                pushes,
-                pool,
-                cap,
-                evict,
-                PE,
-                XE,
-            )
+            _evict(cache, i, s, parent, depth, evict, PE, XE)
         if status != 0:
             break
         rows_out_i = rows_out[i]
@@ -556,10 +465,41 @@ def _route(
 
 
 @njit(cache=True)
-def _push(i, s, depth_b, last, inserted, hits, queued_at, H, n_heap, pushes, pool, cap, evict, PE, XE):
-    """Score evictable slot s and queue it; returns the pushes so far. A full heap is rebuilt first from the
-    entries still standing (there are at most `pool`)."""
-    if n_heap[i] >= cap:
+def _new_caches(N, pool, n_blocks):
+    """Empty prefix caches of `pool` slots for N instances, as one tuple the helpers below share:
+    (slot of each trace block, -1 if absent; each slot's block, running requests holding it (refs), cached
+    children (kids), hits, last access, insertion time, the heap entry that stands for it while evictable
+    (queued_at, -1 if none); free slots and their count; blocks held; the eviction heap and its size;
+    pushes so far, which make each entry unique)."""
+    spare = np.zeros((N, pool), dtype=np.int64)
+    for i in range(N):
+        for k in range(pool):
+            spare[i, k] = pool - 1 - k
+    return (
+        np.full((N, n_blocks), -1, dtype=np.int32),
+        np.zeros((N, pool), dtype=np.int64),
+        np.zeros((N, pool), dtype=np.int64),
+        np.zeros((N, pool), dtype=np.int64),
+        np.zeros((N, pool)),
+        np.zeros((N, pool)),
+        np.zeros((N, pool)),
+        np.full((N, pool), -1.0),
+        spare,
+        np.full(N, pool, dtype=np.int64),
+        np.zeros(N, dtype=np.int64),
+        np.zeros((N, 2 * (4 * pool + 16))),
+        np.zeros(N, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
+
+
+@njit(cache=True)
+def _push(cache, i, s, depth_b, evict, PE, XE):
+    """Score evictable slot s of instance i and queue it. A full heap is rebuilt first from the entries
+    still standing (there are at most as many as slots)."""
+    _, _, _, _, hits, last, inserted, queued_at, _, _, _, H, n_heap, pushes = cache
+    pool = queued_at.shape[1]
+    if 2 * n_heap[i] >= H.shape[1]:
         kept = 0
         for k in range(n_heap[i]):
             q = H[i, 2 * k + 1]
@@ -569,81 +509,31 @@ def _push(i, s, depth_b, last, inserted, hits, queued_at, H, n_heap, pushes, poo
         heapify(H[i], kept)
         n_heap[i] = kept
     score = _score_block(evict, PE, XE, s, last[i], inserted[i], hits[i], depth_b)
-    q = float(pushes * pool + s)
+    q = float(pushes[0] * pool + s)
+    pushes[0] += 1
     queued_at[i, s] = q
     n_heap[i] = heap_push(H[i], n_heap[i], score, q)
-    return pushes + 1
 
 
 @njit(cache=True)
-def _unpin(
-    i,
-    r,
-    now,
-    pinned,
-    offsets,
-    blocks,
-    slot,
-    refs,
-    kids,
-    last,
-    inserted,
-    hits,
-    depth,
-    queued_at,
-    H,
-    n_heap,
-    pushes,
-    pool,
-    cap,
-    evict,
-    PE,
-    XE,
-    pinned_sum,
-):
+def _unpin(cache, i, r, now, pinned, pinned_sum, offsets, blocks, depth, evict, PE, XE):
     """Request r lets go of the blocks it pinned on instance i (it finished, or was preempted)."""
+    slot, _, refs, kids, _, last, _, _, _, _, _, _, _, _ = cache
     for j in range(pinned[r] - 1, -1, -1):
         b = blocks[offsets[r] + j]
         s = slot[i, b]
         refs[i, s] -= 1
         last[i, s] = now
         if refs[i, s] == 0 and kids[i, s] == 0:
-            pushes = _push(
-                i, s, depth[b], last, inserted, hits, queued_at, H, n_heap, pushes, pool, cap, evict, PE, XE
-            )
+            _push(cache, i, s, depth[b], evict, PE, XE)
     pinned_sum[i] -= pinned[r]
     pinned[r] = 0
-    return pushes
 
 
 @njit(cache=True)
-def _evict(
-    i,
-    s,
-    now,
-    slot,
-    s_block,
-    refs,
-    kids,
-    last,
-    inserted,
-    hits,
-    depth,
-    parent,
-    queued_at,
-    spare,
-    n_spare,
-    resident,
-    H,
-    n_heap,
-    pushes,
-    pool,
-    cap,
-    evict,
-    PE,
-    XE,
-):
+def _evict(cache, i, s, parent, depth, evict, PE, XE):
     """Drop slot s's block from instance i's cache; its parent may become evictable."""
+    slot, s_block, refs, kids, _, _, _, queued_at, spare, n_spare, resident, _, _, _ = cache
     b = s_block[i, s]
     slot[i, b] = -1
     queued_at[i, s] = -1.0
@@ -655,10 +545,7 @@ def _evict(
         ps = slot[i, p]
         kids[i, ps] -= 1
         if kids[i, ps] == 0 and refs[i, ps] == 0:
-            pushes = _push(
-                i, ps, depth[p], last, inserted, hits, queued_at, H, n_heap, pushes, pool, cap, evict, PE, XE
-            )
-    return pushes
+            _push(cache, i, ps, depth[p], evict, PE, XE)
 
 
 _F64, _I64 = types.float64[::1], types.int64[::1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from targets.base import timeline_metrics
-from targets.batching.metrics import serving_metrics
+from targets.batching.metrics import latencies, serving_metrics
 
 from .fleet import Replayed
 
@@ -19,13 +19,7 @@ def fleet_metrics(replayed: Replayed, slo_s: tuple[float, float], instances: int
     tokens), and load imbalance (the busiest instance's prompt tokens over the mean instance's)."""
     served = replayed.served
     metrics = serving_metrics(served, slo_s)
-    end = served.end_s
-    first = np.where(np.isnan(served.first_token), end, served.first_token)
-    finish = np.where(np.isnan(served.finish), end, served.finish)
-    ttft = first - served.arrival
-    steps = served.output - 1
-    multi = steps > 0
-    tbt = (finish[multi] - first[multi]) / steps[multi]
+    ttft, tbt, _ = latencies(served)
     routed = replayed.routed >= 0
     per_instance = np.bincount(replayed.routed[routed], weights=served.prompt[routed], minlength=instances)
 
