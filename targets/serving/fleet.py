@@ -180,7 +180,7 @@ def _fleet(
     X = np.zeros((n, N_COLUMNS))
     preempted = np.zeros(n, dtype=np.int64)
     chunk_ms = np.zeros(budget)
-    cache = _new_caches(N, pool, parent.size)
+    cache = _new_caches(N, min(pool, parent.size), parent.size)  # no more blocks to hold than the trace's
     slot, s_block, refs, kids, hits, last, inserted, queued_at, spare, n_spare, resident, H, n_heap, _ = cache
     pinned_sum = np.zeros(N, dtype=np.int64)
     hit_rate = np.zeros(N)
@@ -352,7 +352,7 @@ def _fleet(
                 break
             q = H[i, 1]
             n_heap[i] = heap_pop(H[i], n_heap[i])
-            s = int(q % pool)
+            s = int(q % queued_at.shape[1])
             if queued_at[i, s] != q:
                 continue
             _evict(cache, i, s, parent, depth, evict, PE, XE)

@@ -106,3 +106,10 @@ def test_bad_options_are_one_line(config: dict[str, object], error: type[Excepti
     with pytest.raises(error) as raised:
         TARGET.instances(WORKLOAD, resolve_options(TARGET.options, config))
     assert "\n" not in str(raised.value)
+
+
+def test_a_pool_larger_than_the_trace_costs_no_more_memory_than_the_trace() -> None:
+    huge = TARGET.evaluate(
+        check(program(*DEFAULT), TARGET.signatures), instance(requests="0:200", capacity=10**12), {}
+    )
+    assert huge["preemptions"] == 0 and huge["capacity"] > 0
