@@ -341,6 +341,23 @@ class Command:
     run: Callable[[Mapping[str, Any]], CommandResult]
 
 
+class ReferenceFailed(RuntimeError):
+    """The real system of a Reference did not start or answer as the check needs; `str()` is one line."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A real system outside Crucible that a target's simulator is checked against decision by decision
+    (`crucible validate --target T --against NAME`), declared as data: its options are flags, and
+    `run(target, workload, values)` returns the comparison, whose data holds "checks" (each a name, value,
+    bound and whether it passed). A missing system or a user's mistake raises OptionError, one line."""
+
+    name: str
+    doc: str
+    options: tuple[Option, ...]
+    run: Callable[[Any, str, Mapping[str, Any]], CommandResult]
+
+
 @dataclass(frozen=True)
 class Compared:
     """A figure the simulator predicts (`simulated`, a metric of the evaluation) and the engine measures
@@ -569,6 +586,10 @@ class Target(Protocol):
         """Each engine a program of this target exports into (`crucible export --to NAME`), by name."""
         ...
 
+    def references(self) -> Mapping[str, Reference]:
+        """The real systems `crucible validate --against NAME` compares the simulator with, by name."""
+        ...
+
 
 class TargetBase:
     """The defaults of the Target protocol's optional hooks, given once: a target class derives from this
@@ -626,6 +647,10 @@ class TargetBase:
 
     def exports(self) -> Mapping[str, Export]:
         """None: its programs run only in Crucible."""
+        return {}
+
+    def references(self) -> Mapping[str, Reference]:
+        """None: no real system decides as its simulator does, request by request."""
         return {}
 
 

@@ -15,7 +15,7 @@ from sandbox.base import BACKENDS
 from search.cli import parsing
 from search.errors import UserError
 from search.settings import DEFAULT_STORE
-from targets.base import OptionError, Validation, resolve_options
+from targets.base import Option, OptionError, ReferenceFailed, Validation, WorkloadError, resolve_options
 from targets.costmodel.shapes import MODELS, TINY
 
 if TYPE_CHECKING:
@@ -231,8 +231,14 @@ def _validate_parser(sub: Any, help_text: str) -> None:
     v.add_argument(
         "--candidates",
         nargs="+",
-        required=True,
-        help="heuristic files, or names of the target's baselines (a wrong name lists them)",
+        help="heuristic files, or names of the target's baselines (a wrong name lists them); required "
+        "unless --against",
+    )
+    v.add_argument(
+        "--against",
+        metavar="SYSTEM",
+        help="a real system to check the simulator's decisions against, one by one (a target's "
+        "reference: serving has sglang-router), instead of ranking --candidates in the engine",
     )
     v.add_argument("--workload", help="trace file or gen:<kind>:<seed> (default: the shipped workload)")
     v.add_argument("--sandbox", default="auto", choices=BACKENDS, help="where the jobs run (default auto)")
@@ -243,9 +249,9 @@ def _validate_parser(sub: Any, help_text: str) -> None:
     )
 
 
-def _validation_options(args: argparse.Namespace, validation: Validation) -> dict[str, str]:
+def _validation_options(args: argparse.Namespace, options: tuple[Option, ...]) -> dict[str, str]:
     """The validation's option flags among the words the parser did not know, as texts by option name."""
-    known = {_flag(o.name): o.name for o in validation.options}
+    known = {_flag(o.name): o.name for o in options}
     given: dict[str, str] = {}
     words = list(args.extra)
     while words:
@@ -278,13 +284,17 @@ def validate(args: argparse.Namespace) -> None:
     )
 
     target = load_target(args.target)
+    if args.against:
+        return _against(args, target)
+    if not args.candidates:
+        raise UserError("validate needs --candidates (or --against SYSTEM)")
     validation = target.validation()
     if validation is None:
         validated = ", ".join(_validations()) or "none"
         raise UserError(f"target {args.target} has no engine to validate against; those that do: {validated}")
     known = {o.name: o for o in validation.options}
     try:
-        given = _validation_options(args, validation)
+        given = _validation_options(args, validation.options)
         values = resolve_options(validation.options, {n: known[n].parse(text) for n, text in given.items()})
         workload = args.workload or target.default_config()["workload"]
         if Path(workload).is_file():  # the job runs elsewhere: a path relative to here would not be found
@@ -324,6 +334,57 @@ def validate(args: argparse.Namespace) -> None:
         parsing.note(f"recorded as run {run_id} (crucible runs show {run_id})")
     if args.check and not all(check["passed"] for check in result["checks"]):
         raise SystemExit(1)
+
+
+def _against(args: argparse.Namespace, target: Any) -> None:
+    """`validate --against SYSTEM`: the target's reference run, its table or JSON, `--check` its checks."""
+    from rich.console import Console
+    from rich.table import Table
+
+    references = target.references()
+    if args.against not in references:
+        known = ", ".join(references) or "none"
+        raise UserError(
+            f"target {args.target} is not checked against {args.against!r}; it is against: {known}"
+        )
+    reference = references[args.against]
+    try:
+        given = _validation_options(args, reference.options)
+        values = resolve_options(
+            reference.options,
+            {n: o.parse(given[n]) for n, o in _by_name(reference.options).items() if n in given},
+        )
+        workload = args.workload or target.default_config()["workload"]
+        result = reference.run(target, workload, values)
+    except (OptionError, WorkloadError, ReferenceFailed) as exc:
+        raise UserError(str(exc)) from None
+    checks = result.data.get("checks", [])
+    if args.json:
+        print(json.dumps({"target": args.target, "against": args.against, **result.data}, indent=2))
+    else:
+        table = Table(title=result.title)
+        for column in result.columns:
+            table.add_column(column.replace("_", " "))
+        for row in result.rows:
+            table.add_row(*(_cell(row[c]) for c in result.columns))
+        console = Console()
+        if not console.is_terminal:  # piped output is as wide as the table, never cut at 80 columns
+            console = Console(width=max(80, Console(width=100_000).measure(table).maximum))
+        console.print(table)
+        for check in checks:
+            verdict = "passed" if check["passed"] else "FAILED"
+            line = f"{check['name']}: {_cell(check['value'])} (needs {check['bound']}): {verdict}"
+            console.print(line, highlight=False, markup=False)
+    if args.check and not all(check["passed"] for check in checks):
+        raise SystemExit(1)
+
+
+def _by_name(options: tuple[Option, ...]) -> dict[str, Option]:
+    return {o.name: o for o in options}
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.1%}" if isinstance(value, float) and 0 <= value <= 1 else str(value)
 
 
 def _record(

@@ -101,12 +101,14 @@ class Policies:
 
 @dataclass(frozen=True)
 class Replayed:
-    """What the fleet did: every request's scheduler state, where it went, the prompt tokens it found
+    """What the fleet did: every request's scheduler state, where it went, the instances its router scored
+    best when it arrived (a bit each, instance 0 the lowest; ties set several), the prompt tokens it found
     cached when first admitted, and each instance's queue and hit rate over time (SAMPLES points from the
     first arrival, `sample_s` apart)."""
 
     served: Served
     routed: np.ndarray
+    best: np.ndarray
     hit_tokens: np.ndarray
     queue_series: np.ndarray
     hit_series: np.ndarray
@@ -156,11 +158,14 @@ def _fleet(
     decode,
     shape,
     routed,
+    best_set,
     hit_tokens,
     queue_series,
     hit_series,
 ):
-    """The fleet's event loop; returns (iterations, end time, status: 0, _STUCK or _GAVE_UP)."""
+    """The fleet's event loop; returns (iterations, end time, status: 0, _STUCK or _GAVE_UP). A request
+    whose `routed` entry is already an instance goes there whatever the router scores (a recorded
+    router's decisions replayed); the router's own best instances are in `best_set` either way."""
     n = arrival.size
     N = n_instances
     block_tokens = setting0[2]
@@ -271,7 +276,11 @@ def _fleet(
                 h ^= h >> np.uint64(31)
                 i = np.int64(h % np.uint64(N))
             else:
-                i = _route(
+                i = -1
+            if i >= 0:
+                best_set[r] = 1 << i
+            else:
+                i, best_set[r] = _route(
                     route,
                     PR,
                     XR,
@@ -292,6 +301,8 @@ def _fleet(
                     prefill_rate,
                     N,
                 )
+            if routed[r] >= 0:
+                i = routed[r]
             routed[r] = i
             for k in range(offsets[r], offsets[r + 1]):
                 if not sent[i, blocks[k]]:
@@ -421,7 +432,8 @@ def _route(
     prefill_rate,
     N,
 ):
-    """Score every instance for request r with the route key; the first highest wins."""
+    """Score every instance for request r with the route key: the first highest wins; and the bits of
+    every instance that scored the highest."""
     prompt = request_progress(S, r)[0]
     prompt_blocks = max(offsets[r + 1] - offsets[r], 1)
     best_match, best_routed = 0.0, 0.0
@@ -454,14 +466,16 @@ def _route(
         x[12], x[13], x[14] = pool - free[i], free[i], (pool - free[i]) / pool
         x[15], x[16], x[17] = tree[i], hit_rate[i], (prefill_left + uncached) * prefill_rate
         x[22], x[23] = seen, seen / prompt_blocks
-    best, choice = -np.inf, 0
+    best, choice, tied = -np.inf, 0, 0
     for i in range(N):
         x = XR[i]
         x[5], x[18], x[19], x[20], x[21], x[24] = best_match, low_out, high_out, low_q, high_q, best_routed
         score = route(XR, i, PR)
         if score > best:
-            best, choice = score, i
-    return choice
+            best, choice, tied = score, i, 0
+        if score == best:
+            tied |= 1 << i
+    return choice, tied
 
 
 @njit(cache=True)
@@ -579,6 +593,7 @@ _FLEET_SIGNATURE = types.UniTuple(types.float64, 3)(
     _F64,
     _F64,
     _I64,
+    _I64,
     _F64,
     _F2,
     _F2,
@@ -604,14 +619,19 @@ def replay(
     slo_s: tuple[float, float],
     horizon_s: float,
     give_up_after: int = -1,
+    follow: np.ndarray | None = None,
 ) -> Replayed:
     """The requests through the fleet; with `give_up_after` >= 0 it stops once more requests than that
-    have surely missed the TTFT SLO (a capacity sweep needs no more)."""
+    have surely missed the TTFT SLO (a capacity sweep needs no more). `follow`, an instance per request,
+    sends each where another router sent it (its record), the policies' router still scoring every one."""
     limits = fleet.limits
     limits.check(requests)
     S = initial_state(requests)
     n = requests.n
     routed = np.full(n, -1, dtype=np.int64)
+    if follow is not None:
+        routed[:] = follow
+    best = np.zeros(n, dtype=np.int64)
     hit_tokens = np.zeros(n)
     span = float(requests.arrival_s[-1] - requests.arrival_s[0]) if n else 0.0
     sample_s = max(span, 1e-3) / (SAMPLES - 1)
@@ -646,6 +666,7 @@ def replay(
         pricing.decode,
         pricing.shape(),
         routed,
+        best,
         hit_tokens,
         queue_series,
         hit_series,
@@ -653,7 +674,7 @@ def replay(
     if status == _STUCK:
         raise FleetStuck("the fleet is stuck: live requests, none schedulable")
     served = Served(S, int(iterations), float(end), unfinished(S))
-    return Replayed(served, routed, hit_tokens, queue_series, hit_series, sample_s, status == _GAVE_UP)
+    return Replayed(served, routed, best, hit_tokens, queue_series, hit_series, sample_s, status == _GAVE_UP)
 
 
 def _vector(params: np.ndarray) -> np.ndarray:

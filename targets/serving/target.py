@@ -17,6 +17,7 @@ from targets.base import (
     Objective,
     Option,
     OptionError,
+    Reference,
     TargetBase,
     WorkloadError,
     request_window,
@@ -275,6 +276,15 @@ class ServingTarget(TargetBase):
 
     def oracles(self) -> tuple[str, ...]:
         return (BOUND,)
+
+    def references(self) -> dict[str, Reference]:
+        from .router_check import OPTIONS, SGLANG_ROUTER, against_sglang_router
+
+        doc = (
+            "sglang-router in front of recording backends, replayed in lockstep with the simulated fleet: "
+            "each decision against the simulator's baseline for the same policy"
+        )
+        return {SGLANG_ROUTER: Reference(SGLANG_ROUTER, doc, OPTIONS, against_sglang_router)}
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         empty = np.zeros(0)

@@ -58,9 +58,17 @@ def trace(prompts: list[list[int]], arrivals: list[float], outputs: list[int] | 
     return requests, prefixes
 
 
-def run(requests: Requests, prefixes: Prefixes, n: int = 1, pool: int = 64, policies: Policies | None = None):
+def run(
+    requests: Requests,
+    prefixes: Prefixes,
+    n: int = 1,
+    pool: int = 64,
+    policies: Policies | None = None,
+    follow: list[int] | None = None,
+):
     fleet = Fleet(n, Limits(pool, BT, 256, 64), 1e-5)
-    return replay(requests, prefixes, fleet, policies or keys(), PRICING, SLO, 1e6)
+    routes = None if follow is None else np.array(follow, dtype=np.int64)
+    return replay(requests, prefixes, fleet, policies or keys(), PRICING, SLO, 1e6, follow=routes)
 
 
 def distinct_requests(n: int = 60) -> tuple:
@@ -121,6 +129,17 @@ def test_least_outstanding_spreads_and_a_prefix_key_follows_the_cache() -> None:
     assert sorted(set(spread.tolist())) == [0, 1, 2]
     follow = run(requests, prefixes, n=3, policies=keys(route="s.cached_blocks")).routed
     assert follow.tolist() == [0] * 6  # the first goes to instance 0 (a tie), and the prefix stays there
+
+
+def test_a_recorded_routing_is_followed_while_the_key_still_scores_every_instance() -> None:
+    shared = list(range(8))
+    requests, prefixes = trace([[*shared, 100 + r] for r in range(4)], [10.0 * r for r in range(4)])
+    alone = run(requests, prefixes, n=3, policies=keys(route="s.cached_blocks"))
+    assert alone.routed.tolist() == [0, 0, 0, 0]
+    assert alone.best.tolist() == [0b111, 0b001, 0b001, 0b001]  # a tie at first, then the cache
+    followed = run(requests, prefixes, n=3, policies=keys(route="s.cached_blocks"), follow=[2, 1, 1, 0])
+    assert followed.routed.tolist() == [2, 1, 1, 0]
+    assert followed.best.tolist() == [0b111, 0b100, 0b110, 0b110]  # the key's view of the followed fleet
 
 
 def test_round_robin_is_built_in() -> None:
