@@ -16,7 +16,7 @@ from search.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 ENGINES = Path(os.environ.get("CRUCIBLE_ENGINES_DIR", ROOT / ".engines"))
-PINS = {"sglang": "sglang==0.5.23", "vllm": "vllm==0.34.0"}
+PINS = {"sglang": "sglang==0.5.23", "vllm": "vllm==0.34.0", "router": "sglang-router==0.3.2"}
 
 
 def engine_python(engine: str) -> Path:
