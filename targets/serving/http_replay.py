@@ -61,6 +61,7 @@ class Backend:
 
     index: int
     received: list[str]
+    url: str = ""
     seen: set[str] = field(default_factory=set)
     held: dict[str, asyncio.Event] = field(default_factory=dict)
     in_flight: int = 0
@@ -90,7 +91,7 @@ class Backend:
                 await wait
             finally:
                 self.in_flight -= 1
-            return JSONResponse(_completion(self.index))
+            return JSONResponse(_completion(self.url))
 
         async def metrics(request: Request) -> Response:
             return PlainTextResponse(
@@ -122,20 +123,20 @@ class Backend:
     async def _stream(self, wait: Any) -> Any:
         try:
             await wait
-            yield f"data: {json.dumps(_completion(self.index))}\n\n"
+            yield f"data: {json.dumps(_completion(self.url))}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             self.in_flight -= 1
 
 
-def _completion(index: int) -> dict[str, Any]:
+def _completion(url: str) -> dict[str, Any]:
     return {
-        "id": f"replay-{index}",
+        "id": "replay",
         "object": "text_completion",
         "model": MODEL,
         "choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        "meta_info": {"backend": index},
+        "meta_info": {"backend": url},
     }
 
 
@@ -154,6 +155,8 @@ class RecordingBackends:
         return [f"http://127.0.0.1:{port}" for port in self.ports]
 
     def __enter__(self) -> RecordingBackends:
+        for backend, url in zip(self.backends, self.urls, strict=True):
+            backend.url = url
         configs = [
             uvicorn.Config(b.app(), host="127.0.0.1", port=p, log_level="error", lifespan="off")
             for b, p in zip(self.backends, self.ports, strict=True)
@@ -355,3 +358,20 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30
         if time.monotonic() > deadline:
             raise ReplayError(f"waited {timeout_s:g} s for {what}")
         await asyncio.sleep(0.0005)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Recording backends in the foreground, one per port given, until killed (a backend that can die)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Serve recording backends on 127.0.0.1 until killed.")
+    parser.add_argument("ports", nargs="+", type=int)
+    ports = parser.parse_args(argv).ports
+    backends = RecordingBackends(len(ports))
+    backends.ports = ports
+    with backends:
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

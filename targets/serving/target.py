@@ -27,11 +27,13 @@ from targets.batching.compiled_scheduler import Pricing
 from targets.batching.kernels import cost_model
 from targets.batching.scheduler import Limits
 from targets.deployments.catalog import DEFAULT, SERVING, deployment
+from targets.export import Export
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .export import router_export
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
 from .fleet import POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, replay
 from .metrics import fleet_metrics, fleet_timelines
@@ -94,6 +96,9 @@ with fewer outstanding requests (Mitzenmacher's power of two choices; sglang-rou
 prefix_hash: consistent hashing of the prompt's first blocks (workload.AFFINITY_BLOCKS), the session
 affinity of vLLM's production-stack router and of Envoy's ring hash; with a fixed fleet a ring is a fixed
 map, so the id is hashed (splitmix64's multiplier) modulo the instances."""
+EXPORTED_BLOCK_TOKENS = 512
+"""The block an exported router cuts prompts into: the shipped Mooncake trace's, which its prefix
+features were searched at."""
 BOUND = "work_bound"
 """The upper reference, a bound: the load at which the fleet would be busy all the time serving the
 cheapest 90 % of the requests (capacity's goal lets a policy leave the rest late), every prompt prefilled
@@ -276,6 +281,14 @@ class ServingTarget(TargetBase):
 
     def oracles(self) -> tuple[str, ...]:
         return (BOUND,)
+
+    def exports(self) -> dict[str, Export]:
+        """Where a route function runs outside Crucible: an HTTP router in front of vLLM or SGLang servers,
+        its TTFT estimate priced on the default deployment at the default token budget."""
+        budget, seqs = int(DEFAULTS["token_budget"]), int(DEFAULTS["max_seqs"])
+        pricing = _pricing(str(DEFAULTS["deployment"]), budget, seqs)
+        rate = pricing.iteration_ms(np.array([0]), np.array([budget])) / budget / 1e3
+        return {"router": router_export(float(rate), EXPORTED_BLOCK_TOKENS)}
 
     def references(self) -> dict[str, Reference]:
         from .router_check import OPTIONS, SGLANG_ROUTER, against_sglang_router
