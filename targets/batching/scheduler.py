@@ -345,6 +345,11 @@ class Served:
         return self.state[:, _PREEMPTIONS]
 
     @property
+    def status(self) -> np.ndarray:
+        """WAITING, RUNNING or DONE, each request's when the replay stopped."""
+        return self.state[:, _STATUS]
+
+    @property
     def recomputed(self) -> np.ndarray:
         return self.state[:, _RECOMPUTED]
 

@@ -2,11 +2,10 @@
 
 The exported module is an ASGI app (Starlette, with httpx to the backends). It keeps what a router can know
 for itself, the way the simulator's router features are defined: a bounded prefix tree of the blocks it
-sent each backend (routed_*, tree_blocks), its requests in flight per backend (outstanding) and, of those,
-the ones whose first byte has not come back yet (its estimate of queued prefill); where a backend serves
-Prometheus metrics (vLLM's and SGLang's `/metrics`) it reads running and waiting requests and KV-cache use
-from them. A feature of the engine's own state it cannot see (its cache, its free blocks) is not exposed,
-so a program reading one is refused rather than run on a guess.
+sent each backend (routed_*, tree_blocks) and its requests in flight per backend (outstanding); where a
+backend serves Prometheus metrics (vLLM's and SGLang's `/metrics`) it reads running and waiting requests
+and KV-cache use from them. A feature of the engine's own state it cannot see (its cache, its prefill
+progress, its free blocks) is not exposed, so a program reading one is refused rather than run on a guess.
 """
 
 from __future__ import annotations
@@ -22,12 +21,8 @@ ROUTER_FEATURES = {
     "outstanding": "b.in_flight",
     "running": "b.running()",
     "queued": "b.queued()",
-    "queued_prefill_tokens": "b.prefill_tokens()",
-    "decode_batch": "b.in_flight - len(b.prefilling)",
     "kv_used": "b.kv_used()",
     "tree_blocks": "self.tree.size(i)",
-    "uncached_tokens": "q.uncached(view.routed[i])",
-    "ttft_estimate_s": "(b.prefill_tokens() + q.uncached(view.routed[i])) * PREFILL_S_PER_TOKEN",
     "min_outstanding": "view.low_out",
     "max_outstanding": "view.high_out",
     "min_queued": "view.low_queued",
@@ -37,8 +32,11 @@ ROUTER_FEATURES = {
     "best_routed_match": "max(view.routed) / len(q.blocks)",
 }
 """Each route feature the router gives, as an expression in Router._state: from the request (q), this
-backend (b, index i), the fleet (view) and the router's tree. Not given, so refused: cached_blocks, match,
-best_match (the engine's cache), active_blocks, free_blocks (its memory), hit_rate."""
+backend (b, index i), the fleet (view) and the router's tree; each is what the simulator computes, given
+the backends' metrics. Not given, so refused: what only the engine knows, the simulator's exact view of it
+(cached_blocks, match, best_match, uncached_tokens: its cache; queued_prefill_tokens, decode_batch,
+ttft_estimate_s: its prefill progress; active_blocks, free_blocks: its memory; hit_rate). A search for the
+router (`--for router`) writes only the features given here."""
 
 _TEMPLATE = '''"""$name: a Crucible route function as an HTTP router in front of OpenAI-compatible servers.
 
@@ -55,9 +53,6 @@ What the route function reads:
   prompt of token ids into blocks of BLOCK_TOKENS), bounded at TREE_NODES nodes, least recently used
   leaves dropped first.
 - outstanding (and its fleet minimum and maximum): this router's requests in flight to the backend.
-- queued_prefill_tokens, decode_batch, uncached_tokens, ttft_estimate_s: its requests in flight whose first
-  byte has not come back are taken as prefilling, each its prompt less the blocks the tree said the
-  backend had; PREFILL_S_PER_TOKEN is the deployment's prefill time per token in the search that found it.
 - running, queued, kv_used: the backend's Prometheus metrics (vLLM's num_requests_running,
   num_requests_waiting, kv_cache_usage_perc; SGLang's num_running_reqs, num_queue_reqs, token_usage),
   read with each health check; without them, running is outstanding, queued 0 and kv_used 0.
@@ -86,7 +81,6 @@ $prelude
 
 NAME = "$name"
 PARAMS = $params
-PREFILL_S_PER_TOKEN = $prefill_s_per_token
 BLOCK_TOKENS = int(os.environ.get("CRUCIBLE_BLOCK_TOKENS", "$block_tokens"))
 CHARS_PER_TOKEN = float(os.environ.get("CRUCIBLE_CHARS_PER_TOKEN", "4"))
 TREE_NODES = int(os.environ.get("CRUCIBLE_TREE_NODES", "1000000"))
@@ -175,10 +169,6 @@ class Query:
             keys.append(chain)
         self.blocks = keys or [0]
 
-    def uncached(self, routed):
-        """Its tokens less the whole blocks the backend was sent (one token is always computed)."""
-        return self.tokens - min(routed, (self.tokens - 1) // BLOCK_TOKENS) * BLOCK_TOKENS
-
 
 class Backend:
     """One server: whether it answers, this router's requests to it in flight, and its metrics."""
@@ -187,7 +177,7 @@ class Backend:
         self.url = url.rstrip("/")
         self.healthy = True
         self.in_flight = 0
-        self.prefilling = {}  # request number -> its uncached tokens, until its first byte comes back
+        self.prefilling = set()  # this router's requests to it whose first byte has not come back
         self.metrics = {}
 
     def running(self):
@@ -198,9 +188,6 @@ class Backend:
 
     def kv_used(self):
         return min(max(self.metrics.get("kv", 0.0), 0.0), 1.0)
-
-    def prefill_tokens(self):
-        return float(sum(self.prefilling.values()))
 
 
 class Router:
@@ -314,7 +301,7 @@ async def proxy(request):
             return JSONResponse({"error": "no backend answered"}, status_code=503)
         b, number = ROUTER.backends[i], next(ROUTER.numbers)
         b.in_flight += 1
-        b.prefilling[number] = q.uncached(view.routed[i])
+        b.prefilling.add(number)
         ROUTER.tree.insert(q.blocks, i)
         try:
             forwarded = CLIENT.build_request("POST", b.url + request.url.path, content=raw, headers=headers)
@@ -324,10 +311,10 @@ async def proxy(request):
         except httpx.HTTPError:
             b.healthy = False
             b.in_flight -= 1
-            b.prefilling.pop(number, None)
+            b.prefilling.discard(number)
             tried.add(i)
             continue
-        b.prefilling.pop(number, None)
+        b.prefilling.discard(number)
         return StreamingResponse(
             _rest(b, upstream, first, chunks),
             status_code=upstream.status_code,
@@ -405,11 +392,9 @@ app = Starlette(
 '''
 
 
-def router_export(prefill_s_per_token: float, block_tokens: int) -> Export:
-    """The route function as a router module, priced as the search that found it priced prefill."""
-    template = Template(_TEMPLATE).safe_substitute(
-        prefill_s_per_token=repr(float(prefill_s_per_token)), block_tokens=str(int(block_tokens))
-    )
+def router_export(block_tokens: int) -> Export:
+    """The route function as a router module, cutting prompts into blocks of `block_tokens` by default."""
+    template = Template(_TEMPLATE).safe_substitute(block_tokens=str(int(block_tokens)))
     return Export(
         engine="router",
         title="Crucible's exported router",

@@ -109,6 +109,8 @@ class Replayed:
     served: Served
     routed: np.ndarray
     best: np.ndarray
+    held: np.ndarray
+    """Each instance's KV blocks held by running requests when the replay stopped."""
     hit_tokens: np.ndarray
     queue_series: np.ndarray
     hit_series: np.ndarray
@@ -159,6 +161,7 @@ def _fleet(
     shape,
     routed,
     best_set,
+    held_out,
     hit_tokens,
     queue_series,
     hit_series,
@@ -402,6 +405,8 @@ def _fleet(
             if late + waiting_late > give_up_after:
                 status = _GAVE_UP
                 break
+    for i in range(N):
+        held_out[i] = pool - free[i]
     while next_sample < n_samples:
         for i in range(N):
             queue_series[i, next_sample] = queue_series[i, next_sample - 1] if next_sample > 0 else 0.0
@@ -595,6 +600,7 @@ _FLEET_SIGNATURE = types.UniTuple(types.float64, 3)(
     _I64,
     _I64,
     _F64,
+    _F64,
     _F2,
     _F2,
 )
@@ -632,6 +638,7 @@ def replay(
     if follow is not None:
         routed[:] = follow
     best = np.zeros(n, dtype=np.int64)
+    held = np.zeros(fleet.instances)
     hit_tokens = np.zeros(n)
     span = float(requests.arrival_s[-1] - requests.arrival_s[0]) if n else 0.0
     sample_s = max(span, 1e-3) / (SAMPLES - 1)
@@ -667,6 +674,7 @@ def replay(
         pricing.shape(),
         routed,
         best,
+        held,
         hit_tokens,
         queue_series,
         hit_series,
@@ -674,7 +682,9 @@ def replay(
     if status == _STUCK:
         raise FleetStuck("the fleet is stuck: live requests, none schedulable")
     served = Served(S, int(iterations), float(end), unfinished(S))
-    return Replayed(served, routed, best, hit_tokens, queue_series, hit_series, sample_s, status == _GAVE_UP)
+    return Replayed(
+        served, routed, best, held, hit_tokens, queue_series, hit_series, sample_s, status == _GAVE_UP
+    )
 
 
 def _vector(params: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,8 +63,12 @@ class Backend:
     received: list[str]
     url: str = ""
     seen: set[str] = field(default_factory=set)
-    held: dict[str, asyncio.Event] = field(default_factory=dict)
+    held: dict[str, tuple[asyncio.Event, asyncio.Event]] = field(default_factory=dict)
+    """Each request's two releases: its first token (a stream's first chunk), and its end."""
     in_flight: int = 0
+    gauges: tuple[float, float, float] | None = None
+    """The engine state its /metrics reports (running, waiting, KV use) where the caller sets one; else
+    its requests in flight, none waiting, no KV use."""
 
     def app(self) -> Starlette:
         async def generate(request: Request) -> Response:
@@ -75,29 +79,28 @@ class Backend:
             if not isinstance(body, dict):
                 return JSONResponse({"error": "the body is not a JSON object"}, status_code=400)
             rid = str(body.get("rid") or body.get("user") or "")
-            released = asyncio.Event()
-            self.held[rid] = released
+            first, done = asyncio.Event(), asyncio.Event()
+            self.held[rid] = (first, done)
             self.received.append(rid)
             self.seen.add(rid)
             self.in_flight += 1
-            wait = (
-                released.wait()
-                if body.get("hold") == "release"
-                else asyncio.sleep(float(body.get("hold_s") or 0))
-            )
+            if body.get("hold") != "release":
+                asyncio.get_running_loop().call_later(float(body.get("hold_s") or 0), done.set)
+                first = done
             if body.get("stream"):
-                return StreamingResponse(self._stream(wait), media_type="text/event-stream")
+                return StreamingResponse(self._stream(first, done), media_type="text/event-stream")
             try:
-                await wait
+                await done.wait()
             finally:
                 self.in_flight -= 1
             return JSONResponse(_completion(self.url))
 
         async def metrics(request: Request) -> Response:
+            running, waiting, kv = self.gauges or (self.in_flight, 0, 0.0)
             return PlainTextResponse(
-                f'vllm:num_requests_running{{model_name="{MODEL}"}} {self.in_flight}\n'
-                f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
-                f'vllm:kv_cache_usage_perc{{model_name="{MODEL}"}} 0.0\n'
+                f'vllm:num_requests_running{{model_name="{MODEL}"}} {float(running)!r}\n'
+                f'vllm:num_requests_waiting{{model_name="{MODEL}"}} {float(waiting)!r}\n'
+                f'vllm:kv_cache_usage_perc{{model_name="{MODEL}"}} {float(kv)!r}\n'
             )
 
         async def info(request: Request) -> Response:
@@ -120,10 +123,12 @@ class Backend:
         routes += [Route("/v1/models", models), Route("/metrics", metrics), Route("/recorded", recorded)]
         return Starlette(routes=routes)
 
-    async def _stream(self, wait: Any) -> Any:
+    async def _stream(self, first: asyncio.Event, done: asyncio.Event) -> Any:
+        """The first token's chunk once `first` is set, the end once `done` is."""
         try:
-            await wait
+            await first.wait()
             yield f"data: {json.dumps(_completion(self.url))}\n\n"
+            await done.wait()
             yield "data: [DONE]\n\n"
         finally:
             self.in_flight -= 1
@@ -185,12 +190,16 @@ class RecordingBackends:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def release(self, rid: str) -> None:
-        """Let the backend holding request `rid` (sent with `"hold": "release"`) answer it now."""
+    def release(self, rid: str, first_token: bool = False) -> None:
+        """Let the backend holding request `rid` (sent with `"hold": "release"`) answer it now: all of it,
+        or of a stream only its first chunk."""
         assert self._loop is not None
         for b in self.backends:
             if rid in b.held:
-                self._loop.call_soon_threadsafe(b.held[rid].set)
+                first, done = b.held[rid]
+                self._loop.call_soon_threadsafe((first if first_token else done).set)
+                if not first_token:
+                    self._loop.call_soon_threadsafe(first.set)
 
     def has(self, rid: str) -> bool:
         """Whether some backend has received the request id."""
@@ -203,13 +212,22 @@ class RecordingBackends:
 
 @contextmanager
 def process(
-    command: Sequence[str], ready_url: str, ready: Any, log_path: str, timeout_s: float
+    command: Sequence[str],
+    ready_url: str,
+    ready: Any,
+    log_path: str,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[None]:
     """A server process running `command` until the block ends, its output in `log_path`; ready once
     `ready(response)` holds for a GET of `ready_url`. It and its children are stopped at the end."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            list(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy()
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
     try:
         deadline = time.monotonic() + timeout_s
@@ -294,20 +312,42 @@ def replay(
     asyncio.run(all_of())
 
 
+@dataclass(frozen=True)
+class Due:
+    """What the fleet model says has happened by a request's arrival: the requests that have their first
+    token, those finished, and per backend (by index) the engine's gauges: running, waiting, KV use."""
+
+    first: Sequence[int]
+    done: Sequence[int]
+    gauges: Mapping[int, tuple[float, float, float]]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a router should see of one backend before the next request: its requests in flight, of those
+    the ones with no first token yet, and the gauges the backend reports."""
+
+    in_flight: int
+    prefilling: int
+    gauges: tuple[float, float, float]
+
+
 def lockstep(
     url: str,
-    prompts: Sequence[str],
+    prompts: Sequence[str | list[int]],
     path: str,
     backends: RecordingBackends,
-    due: Callable[[int, dict[int, int]], Sequence[int]],
-    settled: Callable[[dict[str, int]], bool],
+    due: Callable[[int, dict[int, int]], Due],
+    settled: Callable[[dict[str, Expected]], bool],
+    stream: bool = False,
 ) -> dict[int, int]:
     """Each prompt POSTed in turn, held by its backend until released; returns each request's backend.
 
-    Before request r is sent, the requests `due(r, backend of each request so far)` names are released and
-    answered, and the router is polled until `settled(requests in flight per backend URL)` holds: request r
-    then meets the router in the state the caller's model of the fleet says it is in at r's arrival, with
-    no dependence on wall-clock timing."""
+    Before request r is sent, `due(r, backend of each request so far)` says which requests get their first
+    token (a stream's first chunk) and which are answered in full, and what each backend's /metrics
+    reports; then the router is polled until `settled` holds of what it should see per backend URL.
+    Request r thus meets the router in the state the caller's model of the fleet says it is in at r's
+    arrival, with no dependence on wall-clock timing."""
     routed: dict[int, int] = {}
 
     async def send(client: httpx.AsyncClient, r: int) -> None:
@@ -318,6 +358,7 @@ def lockstep(
             "rid": str(r),
             "max_tokens": 1,
             "hold": "release",
+            "stream": stream,
         }
         response = await client.post(url + path, json=body)
         if response.status_code != 200:
@@ -328,15 +369,27 @@ def lockstep(
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         async with httpx.AsyncClient(timeout=None, limits=limits) as client:
             pending: dict[int, asyncio.Task[None]] = {}
+            started: set[int] = set()
             for r in range(len(prompts)):
-                for q in due(r, routed):
+                now = due(r, routed)
+                for q in now.first:
+                    if q in pending and q not in started:
+                        started.add(q)
+                        backends.release(str(q), first_token=True)
+                for q in now.done:
                     if q in pending:
                         backends.release(str(q))
                         await pending.pop(q)
-                in_flight = {u: 0 for u in backends.urls}
+                counts = {k: [0, 0] for k in range(len(backends.urls))}
                 for q in pending:
-                    in_flight[backends.urls[routed[q]]] += 1
-                await _until(lambda f=in_flight: settled(f), f"the router's load before request {r}")
+                    counts[routed[q]][0] += 1
+                    counts[routed[q]][1] += q not in started
+                expected = {}
+                for k, backend in enumerate(backends.backends):
+                    backend.gauges = now.gauges.get(k)
+                    shown = backend.gauges or (float(counts[k][0]), 0.0, 0.0)
+                    expected[backends.urls[k]] = Expected(counts[k][0], counts[k][1], shown)
+                await _until(lambda e=expected: settled(e), f"the router's state before request {r}")
                 pending[r] = asyncio.create_task(send(client, r))
                 await _until(
                     lambda r=r: backends.has(str(r)) or pending[r].done(), f"request {r} at a backend"

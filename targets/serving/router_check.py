@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 
 from targets.base import CommandResult, Instance, Option, OptionError, request_window
+from targets.batching.scheduler import DONE, RUNNING
 
 from . import http_replay
 from .fleet import Policies, Replayed, replay
@@ -43,9 +44,20 @@ REPLAY_PATH = "/v1/completions"
 """The OpenAI endpoint: sglang-router 0.3.2 counts a request there as load on its worker while it is in
 flight; of SGLang's native /generate it counts none, so its cache-aware policy sees every worker idle."""
 
-OPTIONS = (
+_COMMON = (
     Option("requests", "str", "0:500", "the window START:STOP of the trace's requests replayed"),
     Option("instances", "int", 4, "backends behind the router", low=1, high=62),
+    Option(
+        "ready_s",
+        "float",
+        90.0,
+        "seconds the router may take to start and see every backend",
+        low=1.0,
+        high=3600.0,
+    ),
+)
+OPTIONS = (
+    *_COMMON,
     Option(
         "policies",
         "list",
@@ -59,15 +71,19 @@ OPTIONS = (
         "",
         f"a Python that has sglang_router {SGLANG_ROUTER_VERSION} (default: ${PYTHON_ENV}, else this one)",
     ),
+)
+"""`--against sglang-router`'s options."""
+EXPORTED = "exported-router"
+EXPORTED_OPTIONS = (
+    *_COMMON,
     Option(
-        "ready_s",
-        "float",
-        90.0,
-        "seconds the router may take to start and see every backend",
-        low=1.0,
-        high=3600.0,
+        "program",
+        "str",
+        "sglang_cache_aware",
+        "the route function exported: a heuristic file, or a baseline's name",
     ),
 )
+"""`--against exported-router`'s options."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +134,24 @@ REQUIRED = {"cache_aware": 0.9, "round_robin": 1.0}
 """The share of decisions that must agree for the simulator's baseline to stand for the router's policy."""
 
 
+@dataclass(frozen=True)
+class RouterUnderTest:
+    """A router process as the check drives it: its command line for the backends' URLs and a port, the
+    page that says it is ready (the backends' URLs in its own order once it sees them all), whether it
+    reads prompts as token ids (else as text, a character a block), whether responses stream, and from a
+    page of its own whether its count of requests in flight (and without a first token) is the one
+    expected per backend."""
+
+    name: str
+    launch: Callable[[list[str], int], list[str]]
+    ready_path: str
+    order: Callable[[Any], list[str]]
+    settled: Callable[[str, dict[str, http_replay.Expected]], bool]
+    token_prompts: bool = False
+    stream: bool = False
+    env: Mapping[str, str] | None = None
+
+
 def against_sglang_router(target: Any, workload: str, values: Mapping[str, Any]) -> CommandResult:
     """sglang-router replayed against the simulator's baseline for each policy asked."""
     python = _router_python(str(values.get("router_python") or ""))
@@ -133,26 +167,68 @@ def against_sglang_router(target: Any, workload: str, values: Mapping[str, Any])
                 "--policy", policy, "--log-level", "warn",
             ]  # fmt: skip
 
-        policies = _policies(target, baseline)
-        counts_load = policy in COUNTS_LOAD
-        rows.append(compare(cut, policy, baseline, policies, launch, float(values["ready_s"]), counts_load))
+        def settled(url: str, expected: dict[str, http_replay.Expected], policy: str = policy) -> bool:
+            if policy not in COUNTS_LOAD:
+                return True
+            loads = _loads(httpx.get(url + "/workers", timeout=5))
+            return all(loads.get(u) == e.in_flight for u, e in expected.items())
+
+        router = RouterUnderTest(policy, launch, "/workers", _workers, settled)
+        rows.append(compare(cut, router, baseline, _policies(target, baseline), float(values["ready_s"])))
     return _result(f"sglang-router {SGLANG_ROUTER_VERSION} against the simulator", rows, REQUIRED)
 
 
+def against_exported_router(target: Any, workload: str, values: Mapping[str, Any]) -> CommandResult:
+    """The program exported as a router (`crucible export --to router`), run with uvicorn, against the
+    simulator running the same program."""
+    given = str(values["program"])
+    baselines = target.baselines()
+    source = baselines.get(given)
+    if source is None:
+        try:
+            source = Path(given).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise OptionError(
+                f"option program: {given}: neither a readable heuristic file nor a baseline"
+            ) from None
+    name = given if given in baselines else Path(given).stem
+    cut = _slice(target, workload, values)
+    with tempfile.TemporaryDirectory(prefix="crucible-export-") as folder:
+        module = _export(target, source, given, folder)
+
+        def launch(urls: list[str], port: int) -> list[str]:
+            return [
+                sys.executable, "-m", "uvicorn", f"{module}:app", "--app-dir", folder,
+                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            ]  # fmt: skip
+
+        def settled(url: str, expected: dict[str, http_replay.Expected]) -> bool:
+            shown = httpx.get(url + "/router/status", timeout=5).json()["backends"]
+            return all(_sees(b, expected[b["url"]]) for b in shown)
+
+        def order(response: Any) -> list[str]:
+            shown = response.json()["backends"] if response.status_code == 200 else []
+            return [b["url"] for b in shown if b["healthy"]]
+
+        env = {"CRUCIBLE_HEALTH_S": "0.01"}  # it reads the backends' metrics as often as the replay needs
+        router = RouterUnderTest("exported", launch, "/router/status", order, settled, True, True, env)
+        policies = _policies_of(source)
+        return _result(
+            "Crucible's exported router against the simulator",
+            [compare(cut, router, name, policies, float(values["ready_s"]))],
+            {},
+        )
+
+
 def compare(
-    cut: Slice,
-    policy: str,
-    baseline: str,
-    policies: Policies,
-    launch: Callable[[list[str], int], list[str]],
-    ready_s: float,
-    counts_load: bool,
+    cut: Slice, router: RouterUnderTest, baseline: str, policies: Policies, ready_s: float
 ) -> Agreement:
-    """One router process (its command line from `launch(backend urls, port)`) against `policies`, in
-    lockstep: before each request is sent, the backends answer exactly the requests the simulated fleet,
-    following the router's decisions so far, has finished by that request's arrival."""
+    """One router process against `policies` in the simulated fleet, in lockstep: before each request is
+    sent, the backends release the first token of, and answer, exactly the requests the simulated fleet,
+    following the router's decisions so far, has started and finished by that request's arrival."""
     n = len(cut.prompts)
     arrival = cut.requests.arrival_s
+    prompts = _token_prompts(cut) if router.token_prompts else cut.prompts
     with (
         tempfile.TemporaryDirectory(prefix="crucible-router-") as folder,
         http_replay.RecordingBackends(cut.fleet.instances) as backends,
@@ -162,34 +238,43 @@ def compare(
         workers: list[str] = []
 
         def ready(response: Any) -> bool:
-            workers[:] = _workers(response)
+            workers[:] = router.order(response)
             return len(workers) >= cut.fleet.instances
 
-        def due(r: int, sent: dict[int, int]) -> list[int]:
-            if r == 0:
-                return []
+        def due(r: int, sent: dict[int, int]) -> http_replay.Due:
             follow = np.full(n, -1, dtype=np.int64)
             follow[:r] = [instance[sent[q]] for q in range(r)]
-            finish = _replay(cut, policies, follow, float(arrival[r])).served.finish[:r]
-            return np.flatnonzero(finish <= arrival[r]).tolist()
-
-        def settled(in_flight: dict[str, int]) -> bool:
-            if not counts_load:
-                return True
-            loads = _loads(httpx.get(url + "/workers", timeout=5))
-            return all(loads.get(u) == k for u, k in in_flight.items())
+            before = float(np.nextafter(arrival[r], -np.inf))  # the fleet just before r arrives
+            replayed = _replay(cut, policies, follow, before) if r else None
+            gauges = _gauges(cut, replayed, follow[:r])
+            by_backend = {backend: gauges[i] for backend, i in instance.items()}
+            if replayed is None:
+                return http_replay.Due([], [], by_backend)
+            first, finish = replayed.served.first_token[:r], replayed.served.finish[:r]
+            return http_replay.Due(
+                np.flatnonzero(first <= arrival[r]).tolist(),
+                np.flatnonzero(finish <= arrival[r]).tolist(),
+                by_backend,
+            )
 
         log = str(Path(folder) / "router.log")
-        with http_replay.process(launch(backends.urls, port), url + "/workers", ready, log, ready_s):
+        env = {"CRUCIBLE_BACKENDS": ",".join(backends.urls), **(router.env or {})}
+        with http_replay.process(
+            router.launch(backends.urls, port), url + router.ready_path, ready, log, ready_s, env
+        ):
             instance = {backends.urls.index(u): i for i, u in enumerate(workers)}  # the router's own order
-            sent = http_replay.lockstep(url, cut.prompts, REPLAY_PATH, backends, due, settled)
+
+            def settled(expected: dict[str, tuple[int, int]]) -> bool:
+                return router.settled(url, expected)
+
+            sent = http_replay.lockstep(url, prompts, REPLAY_PATH, backends, due, settled, router.stream)
     routed = np.array([instance[sent[r]] for r in range(n)], dtype=np.int64)
     alone = _replay(cut, policies)
     followed = _replay(cut, policies, routed)
     chosen = (followed.best >> routed) & 1
     lowest = followed.best & -followed.best
     return Agreement(
-        policy=policy,
+        policy=router.name,
         baseline=baseline,
         requests=n,
         agreed=float(chosen.mean()),
@@ -198,6 +283,65 @@ def compare(
         hit_rate_router=fleet_metrics(followed, cut.slo, cut.fleet.instances)["hit_rate"],
         hit_rate_simulator=fleet_metrics(alone, cut.slo, cut.fleet.instances)["hit_rate"],
     )
+
+
+def _gauges(cut: Slice, replayed: Replayed | None, routed: np.ndarray) -> list[tuple[float, float, float]]:
+    """Each instance's running and waiting requests and KV use in the simulated fleet when it stopped:
+    what a real engine's /metrics would report then."""
+    n_instances = cut.fleet.instances
+    if replayed is None:
+        return [(0.0, 0.0, 0.0)] * n_instances
+    status = replayed.served.status[: routed.size]
+    live = status != DONE
+    gauges = []
+    for i in range(n_instances):
+        here = live & (routed == i)
+        running = float(np.sum(here & (status == RUNNING)))
+        gauges.append(
+            (running, float(here.sum()) - running, float(replayed.held[i]) / cut.fleet.limits.kv_blocks)
+        )
+    return gauges
+
+
+def _sees(shown: Mapping[str, Any], expected: http_replay.Expected) -> bool:
+    """Whether the exported router's status of a backend is what it should see."""
+    metrics = shown.get("metrics", {})
+    gauges = (metrics.get("running"), metrics.get("waiting"), metrics.get("kv"))
+    counts = (shown["in_flight"], shown["prefilling"])
+    return counts == (expected.in_flight, expected.prefilling) and gauges == expected.gauges
+
+
+def _token_prompts(cut: Slice) -> list[list[int]]:
+    """Each prompt as token ids, as long as the trace says, each block's tokens one id (the block's)."""
+    offsets, blocks = cut.prefixes.offsets, cut.prefixes.blocks
+    block_tokens = cut.fleet.limits.block_tokens
+    prompts = []
+    for r in range(len(cut.prompts)):
+        ids = blocks[offsets[r] : offsets[r + 1]]
+        left = int(cut.requests.prompt_tokens[r])
+        tokens: list[int] = []
+        for k, b in enumerate(ids):
+            size = left if k == len(ids) - 1 else min(block_tokens, left)
+            tokens += [int(b) + 1] * max(size, 0)
+            left -= size
+        prompts.append(tokens or [0])
+    return prompts
+
+
+def _export(target: Any, source: str, origin: str, folder: str) -> str:
+    """The program written as a router module into the folder; its module name."""
+    from targets.export import ExportError
+    from verifiers.static import StaticError, check
+
+    name = "crucible_checked_router"
+    export = target.exports()["router"]
+    try:
+        program = check(source, target.signatures)
+        text = export.render(program, name, origin, {})
+    except (StaticError, ExportError) as exc:
+        raise OptionError(f"option program: {exc}") from None
+    (Path(folder) / f"{name}.py").write_text(text, encoding="utf-8")
+    return name
 
 
 def _loads(response: Any) -> dict[str, int]:
@@ -242,16 +386,22 @@ def _slice(target: Any, workload: str, values: Mapping[str, Any]) -> Slice:
 
 def _policies(target: Any, baseline: str) -> Policies:
     """The simulator's baseline as the fleet runs it: a program's three keys, or a built-in router."""
-    from verifiers.compiler import param_vector
-    from verifiers.static import check
-
-    from .target import BUILTIN, DEFAULT_SOURCE, SIGNATURES, _compiled
+    from .target import BUILTIN, DEFAULT_SOURCE, _compiled
 
     if baseline in BUILTIN:
         route, schedule, evict = _compiled(DEFAULT_SOURCE)
         empty = np.zeros(0)
         return Policies(route, empty, schedule, empty, evict, empty, BUILTIN[baseline])
-    source = target.baselines()[baseline]
+    return _policies_of(target.baselines()[baseline])
+
+
+def _policies_of(source: str) -> Policies:
+    """A program's three keys as the fleet runs them, with its PARAMS' values."""
+    from verifiers.compiler import param_vector
+    from verifiers.static import check
+
+    from .target import SIGNATURES, _compiled
+
     values = param_vector(check(source, SIGNATURES), {})
     route, schedule, evict = _compiled(source)
     return Policies(route, values, schedule, values, evict, values)

@@ -283,21 +283,28 @@ class ServingTarget(TargetBase):
         return (BOUND,)
 
     def exports(self) -> dict[str, Export]:
-        """Where a route function runs outside Crucible: an HTTP router in front of vLLM or SGLang servers,
-        its TTFT estimate priced on the default deployment at the default token budget."""
-        budget, seqs = int(DEFAULTS["token_budget"]), int(DEFAULTS["max_seqs"])
-        pricing = _pricing(str(DEFAULTS["deployment"]), budget, seqs)
-        rate = pricing.iteration_ms(np.array([0]), np.array([budget])) / budget / 1e3
-        return {"router": router_export(float(rate), EXPORTED_BLOCK_TOKENS)}
+        """Where a route function runs outside Crucible: an HTTP router in front of vLLM or SGLang servers."""
+        return {"router": router_export(EXPORTED_BLOCK_TOKENS)}
 
     def references(self) -> dict[str, Reference]:
-        from .router_check import OPTIONS, SGLANG_ROUTER, against_sglang_router
+        from . import router_check as check
 
         doc = (
             "sglang-router in front of recording backends, replayed in lockstep with the simulated fleet: "
             "each decision against the simulator's baseline for the same policy"
         )
-        return {SGLANG_ROUTER: Reference(SGLANG_ROUTER, doc, OPTIONS, against_sglang_router)}
+        exported = (
+            "a route function exported as a router (crucible export --to router) and run with uvicorn, "
+            "replayed the same way: each decision against the simulator running the same function"
+        )
+        return {
+            check.SGLANG_ROUTER: Reference(
+                check.SGLANG_ROUTER, doc, check.OPTIONS, check.against_sglang_router
+            ),
+            check.EXPORTED: Reference(
+                check.EXPORTED, exported, check.EXPORTED_OPTIONS, check.against_exported_router
+            ),
+        }
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
         empty = np.zeros(0)
