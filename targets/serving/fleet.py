@@ -152,6 +152,7 @@ def _fleet(
     setting0,
     prefill_rate,
     horizon,
+    stop_arrival,
     give_up_after,
     sample_s,
     linear,
@@ -213,7 +214,7 @@ def _fleet(
         if i_end < 0 and a >= n:
             break
         now = min(t_end, t_arr)
-        if now > horizon:
+        if now > horizon or (t_end > t_arr and a >= stop_arrival):
             break
         while next_sample < n_samples and t0 + next_sample * sample_s <= now:
             for i in range(N):
@@ -591,6 +592,7 @@ _FLEET_SIGNATURE = types.UniTuple(types.float64, 3)(
     types.float64,
     types.float64,
     types.int64,
+    types.int64,
     types.float64,
     _F64,
     _F64,
@@ -626,10 +628,13 @@ def replay(
     horizon_s: float,
     give_up_after: int = -1,
     follow: np.ndarray | None = None,
+    stop_before: int = -1,
 ) -> Replayed:
     """The requests through the fleet; with `give_up_after` >= 0 it stops once more requests than that
     have surely missed the TTFT SLO (a capacity sweep needs no more). `follow`, an instance per request,
-    sends each where another router sent it (its record), the policies' router still scoring every one."""
+    sends each where another router sent it (its record), the policies' router still scoring every one.
+    `stop_before` >= 0 stops the replay just before that request arrives: the fleet as that request meets
+    it."""
     limits = fleet.limits
     limits.check(requests)
     S = initial_state(requests)
@@ -665,6 +670,7 @@ def replay(
         limits.setting(slo_s),
         float(fleet.prefill_s_per_token),
         float(horizon_s),
+        int(stop_before) if stop_before >= 0 else n + 1,
         int(give_up_after),
         float(sample_s),
         pricing.linear,

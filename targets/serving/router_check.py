@@ -244,8 +244,7 @@ def compare(
         def due(r: int, sent: dict[int, int]) -> http_replay.Due:
             follow = np.full(n, -1, dtype=np.int64)
             follow[:r] = [instance[sent[q]] for q in range(r)]
-            before = float(np.nextafter(arrival[r], -np.inf))  # the fleet just before r arrives
-            replayed = _replay(cut, policies, follow, before) if r else None
+            replayed = _replay(cut, policies, follow, stop_before=r) if r else None  # as r meets it
             gauges = _gauges(cut, replayed, follow[:r])
             by_backend = {backend: gauges[i] for backend, i in instance.items()}
             if replayed is None:
@@ -408,13 +407,20 @@ def _policies_of(source: str) -> Policies:
 
 
 def _replay(
-    cut: Slice, policies: Policies, follow: np.ndarray | None = None, until: float = -1.0
+    cut: Slice, policies: Policies, follow: np.ndarray | None = None, stop_before: int = -1
 ) -> Replayed:
-    """The slice through the fleet, following `follow` where it names an instance, up to `until` seconds
-    (the whole slice if negative)."""
-    horizon = until if until >= 0 else cut.horizon_s
+    """The slice through the fleet, following `follow` where it names an instance, to its end or to just
+    before request `stop_before` arrives."""
     return replay(
-        cut.requests, cut.prefixes, cut.fleet, policies, cut.pricing, cut.slo, horizon, follow=follow
+        cut.requests,
+        cut.prefixes,
+        cut.fleet,
+        policies,
+        cut.pricing,
+        cut.slo,
+        cut.horizon_s,
+        follow=follow,
+        stop_before=stop_before,
     )
 
 

@@ -142,6 +142,17 @@ def test_a_recorded_routing_is_followed_while_the_key_still_scores_every_instanc
     assert followed.best.tolist() == [0b111, 0b100, 0b110, 0b110]  # the key's view of the followed fleet
 
 
+def test_a_replay_stopped_before_a_request_is_the_fleet_that_request_meets() -> None:
+    requests, prefixes = distinct_requests(20)
+    fleet = Fleet(2, Limits(400, BT, 256, 64), 1e-5)
+    whole = replay(requests, prefixes, fleet, keys(), PRICING, SLO, 1e6)
+    cut = replay(requests, prefixes, fleet, keys(), PRICING, SLO, 1e6, stop_before=12)
+    assert (cut.routed[12:] == -1).all() and (cut.routed[:12] == whole.routed[:12]).all()
+    finished = whole.served.finish[:12] <= requests.arrival_s[12]
+    np.testing.assert_array_equal(cut.served.finish[:12][finished], whole.served.finish[:12][finished])
+    assert np.isnan(cut.served.finish[:12][~finished]).all()
+
+
 def test_round_robin_is_built_in() -> None:
     requests, prefixes = trace([[r] for r in range(7)], [0.1 * r for r in range(7)])
     policies = keys()
