@@ -59,6 +59,13 @@ _COMMON = (
 OPTIONS = (
     *_COMMON,
     Option(
+        "program",
+        "str",
+        "",
+        "a heuristic file the simulator runs for every policy compared, in place of the baseline that stands "
+        "for it (e.g. an older release's rule)",
+    ),
+    Option(
         "policies",
         "list",
         tuple(SGLANG_POLICIES),
@@ -156,9 +163,12 @@ def against_sglang_router(target: Any, workload: str, values: Mapping[str, Any])
     """sglang-router replayed against the simulator's baseline for each policy asked."""
     python = _router_python(str(values.get("router_python") or ""))
     cut = _slice(target, workload, values)
+    given = str(values.get("program") or "")
     rows = []
     for policy in values["policies"]:
         baseline = SGLANG_POLICIES[policy]
+        source = _program_source(target, given) if given else None
+        policies = _policies_of(source) if source else _policies(target, baseline)
 
         def launch(urls: list[str], port: int, policy: str = policy) -> list[str]:
             return [
@@ -174,7 +184,8 @@ def against_sglang_router(target: Any, workload: str, values: Mapping[str, Any])
             return all(loads.get(u) == e.in_flight for u, e in expected.items())
 
         router = RouterUnderTest(policy, launch, "/workers", _workers, settled)
-        rows.append(compare(cut, router, baseline, _policies(target, baseline), float(values["ready_s"])))
+        shown = Path(given).stem if given else baseline
+        rows.append(compare(cut, router, shown, policies, float(values["ready_s"])))
     return _result(f"sglang-router {SGLANG_ROUTER_VERSION} against the simulator", rows, REQUIRED)
 
 
@@ -308,6 +319,25 @@ def _sees(shown: Mapping[str, Any], expected: http_replay.Expected) -> bool:
     gauges = (metrics.get("running"), metrics.get("waiting"), metrics.get("kv"))
     counts = (shown["in_flight"], shown["prefilling"])
     return counts == (expected.in_flight, expected.prefilling) and gauges == expected.gauges
+
+
+def _program_source(target: Any, given: str) -> str:
+    """A baseline's source by name, or a heuristic file's, checked; OptionError, one line, if neither."""
+    from verifiers.static import StaticError, check
+
+    source = target.baselines().get(given)
+    if source is None:
+        try:
+            source = Path(given).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise OptionError(
+                f"option program: {given}: neither a readable heuristic file nor a baseline"
+            ) from None
+    try:
+        check(source, target.signatures)
+    except StaticError as exc:
+        raise OptionError(f"option program: {given}: {exc}") from None
+    return source
 
 
 def _token_prompts(cut: Slice) -> list[list[int]]:
