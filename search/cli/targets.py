@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> None:
         f"oracles (read the future; a bound, not a baseline to beat): {', '.join(data['oracles']) or 'none'}",
         f"commands: {', '.join(f'crucible {target.name} {c}' for c in data['commands']) or 'none'}",
         f"exports to (crucible export --to ENGINE): {', '.join(data['exports']) or 'none'}",
+        f"checked against (crucible validate --against SYSTEM): {', '.join(data['references']) or 'none'}",
     )
 
 
@@ -131,6 +132,10 @@ def described(target: Target) -> dict[str, Any]:
         "commands": [c.name for c in target.commands()],
         "exports": sorted(target.exports()),
         "validation_options": [_option(o) for o in _validation(target)],
+        "references": {
+            name: {"doc": r.doc, "options": [_option(o) for o in r.options]}
+            for name, r in target.references().items()
+        },
     }
 
 

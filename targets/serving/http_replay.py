@@ -1,11 +1,11 @@
 """A trace slice replayed over HTTP through a real router process, in front of backends that only record.
 
 Each backend is a small OpenAI- and SGLang-compatible server on 127.0.0.1: it records which request ids it
-received, holds each request as long as the request asks (`hold_s`, the time the simulated fleet took to
-serve it) and answers with one token, streamed or not. It reports its requests in flight as vLLM's
-Prometheus gauges, so a router that reads them sees load as it would in front of vLLM. A prompt is one
-character per prefix block of the trace, so equal prefixes are equal text and a router's character tree
-matches blocks exactly. Nothing here knows the simulator: the caller gives prompts, times and holds.
+received and holds each request until the replay releases it (its first token, for a stream, then its
+end), or for as long as the request asks (`hold_s`); it reports an engine's state as vLLM's Prometheus
+gauges, the caller's or else its own requests in flight. A prompt is one character per prefix block of
+the trace, so equal prefixes are equal text and a router's character tree matches blocks exactly. Nothing
+here knows the simulator: the caller says, before each request, what has happened by its arrival.
 """
 
 from __future__ import annotations
@@ -262,54 +262,6 @@ def _tail(path: str) -> str:
     except OSError:
         return "(no log)"
     return lines[-1][:300] if lines else "(no output)"
-
-
-def replay(
-    url: str,
-    prompts: Sequence[str],
-    arrivals_s: Sequence[float],
-    holds_s: Sequence[float],
-    path: str,
-    received: Callable[[str], bool],
-) -> None:
-    """Each prompt POSTed to the router at its arrival (seconds from now), asking the backend to hold it
-    `holds_s` seconds; ReplayError if any is not answered 200. A request is sent only once the one before
-    it has reached a backend (`received(rid)`): requests that arrive together then reach the router in the
-    trace's order, as the simulator takes them, not in the order their connections happen to open."""
-
-    async def send(client: httpx.AsyncClient, r: int) -> None:
-        body = {
-            "text": prompts[r],
-            "prompt": prompts[r],
-            "model": MODEL,
-            "rid": str(r),
-            "max_tokens": 1,
-            "sampling_params": {"max_new_tokens": 1},
-            "hold_s": float(holds_s[r]),
-        }
-        response = await client.post(url + path, json=body)
-        if response.status_code != 200:
-            said = response.text[:200]
-            raise ReplayError(f"request {r}: the router answered {response.status_code}: {said}")
-
-    async def all_of() -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        async with httpx.AsyncClient(timeout=None, limits=limits) as client:
-            start = time.monotonic() + 0.5
-            sent = []
-            for r in range(len(prompts)):
-                await asyncio.sleep(max(0.0, start + arrivals_s[r] - time.monotonic()))
-                sent.append(asyncio.create_task(send(client, r)))
-                deadline = time.monotonic() + 30
-                while not received(str(r)):
-                    if sent[-1].done() and sent[-1].exception() is not None:
-                        break
-                    if time.monotonic() > deadline:
-                        raise ReplayError(f"request {r} reached no backend within 30 s")
-                    await asyncio.sleep(0.0005)
-            await asyncio.gather(*sent)
-
-    asyncio.run(all_of())
 
 
 @dataclass(frozen=True)
