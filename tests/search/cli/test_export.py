@@ -90,7 +90,7 @@ def test_every_exported_feature_is_a_feature_of_its_target() -> None:
         for engine, export in target.exports().items():
             assert set(export.features) <= set(target.registry(export.signature).names), (name, engine)
             seen.add(engine)
-    assert seen == {"sglang", "vllm"}
+    assert seen == {"sglang", "vllm", "router"}
 
 
 @pytest.mark.parametrize(("source", "engine"), [(FOUND_KV, "sglang"), (FOUND_BATCHING, "vllm")])

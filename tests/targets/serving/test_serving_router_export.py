@@ -176,3 +176,23 @@ def test_a_malformed_request_is_a_400(fleet: tuple, content: str, said: str) -> 
     response = httpx.post(url + "/v1/completions", content=content, timeout=10)
     assert response.status_code == 400
     assert said in response.json()["error"]
+
+
+def test_the_engines_prometheus_gauges_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    main(["export", str(SGLANG), "--to", "router", "--output", str(tmp_path), "--name", "gauges"])
+    monkeypatch.setenv("CRUCIBLE_BACKENDS", "http://127.0.0.1:1")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__("gauges")
+    vllm = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{model_name="m"} 2.0\nvllm:kv_cache_usage_perc{model_name="m"} 0.25\n'
+    )
+    sglang = (
+        'sglang:num_running_reqs{model_name="m",engine_type="unified"} 7.0\n'
+        'sglang:num_queue_reqs{model_name="m",engine_type="unified"} 1.0\n'
+        'sglang:token_usage{model_name="m",engine_type="unified"} 0.5\n'
+    )
+    assert module._metrics(vllm) == {"running": 3.0, "waiting": 2.0, "kv": 0.25}
+    assert module._metrics(sglang) == {"running": 7.0, "waiting": 1.0, "kv": 0.5}
+    assert module._metrics("not prometheus\n") == {}
