@@ -28,6 +28,14 @@ SETTINGS: tuple[Option, ...] = (
     setting("api_key_env", "str", DEFAULT_KEY_ENV, "variable holding the API key", metavar="VAR"),
     setting("llm_timeout", "float", 120.0, "seconds per call", metavar="S", low=0, open_low=True),
     setting("llm_retries", "int", 2, "client retries of 429, 5xx, timeouts", low=0),
+    setting(
+        "llm_repairs",
+        "int",
+        2,
+        "repair turns per proposal while a reply does not parse, apply or pass the static checker",
+        low=0,
+        high=10,
+    ),
     setting("llm_concurrency", "int", 4, "calls in flight at most", low=1),
     setting("temperature", "float", None, "sampling temperature (default: the server's)", low=0),
     setting(
@@ -51,6 +59,7 @@ def llm_config(values: Mapping[str, Any]) -> LLMConfig:
         api_key_env=values.get("api_key_env") or DEFAULT_KEY_ENV,
         timeout_s=values.get("llm_timeout", 120.0),
         retries=values.get("llm_retries", 2),
+        repairs=values.get("llm_repairs", 2),
         concurrency=values.get("llm_concurrency", 4),
         temperature=values.get("temperature"),
         prices=dict(Price.parse(spec) for spec in values.get("prices") or ()),

@@ -79,6 +79,8 @@ class LLMConfig:
     api_key_env: str = DEFAULT_KEY_ENV
     timeout_s: float = 120.0
     retries: int = 2
+    repairs: int = 2
+    """Repair turns a proposal may take while its reply does not parse, apply or pass the static checker."""
     concurrency: int = 4
     temperature: float | None = None
     prices: dict[str, Price] = field(default_factory=dict)
@@ -90,8 +92,10 @@ class LLMConfig:
     def __post_init__(self) -> None:
         if not self.models:
             raise ValueError("the llm proposer needs at least one --model")
-        if not (self.timeout_s > 0 and self.retries >= 0 and self.concurrency >= 1):
-            raise ValueError("--llm-timeout must be positive, --llm-retries >= 0, --llm-concurrency >= 1")
+        if not (self.timeout_s > 0 and self.retries >= 0 and self.concurrency >= 1 and self.repairs >= 0):
+            raise ValueError(
+                "--llm-timeout must be positive, --llm-retries and --llm-repairs >= 0, --llm-concurrency >= 1"
+            )
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"--llm-share must lie in [0, 1], got {self.share}")
 

@@ -1,6 +1,9 @@
 """The LLM proposer: an OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama) writes candidates.
 
-One proposal is one chat call, plus one repair turn when the reply does not parse or apply. Timeouts and
+One proposal is one chat call, plus up to `repairs` repair turns in the same conversation while the reply
+does not parse, does not apply to the parent, or falls outside the static checker's subset (the turn quotes
+the checker's message; a program still outside it after the last turn goes on to be rejected and stored
+as such). Timeouts and
 retries of 408/409/429/5xx and lost connections are the `openai` client's own (`timeout`, `max_retries`).
 What then still fails is classified in one line: `rate-limited`, `server-error`, `timeout` and
 `bad-response` (a body that is not a chat completion) fail this proposal only; an endpoint that cannot be
@@ -21,6 +24,7 @@ from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, Pro
 from search.proposers.llm.config import LLMConfig, Usage
 from search.proposers.llm.edits import Edit, EditError, apply_reply
 from search.proposers.llm.prompting import Templates
+from verifiers.static import StaticError, check
 
 _DETAIL_CHARS = 200
 
@@ -66,24 +70,35 @@ class LLMProposer:
                 raise failed(f"bad-response: {model}'s reply holds no chat message{during}")
             return reply
 
-        reply = ask(messages)
-        repaired = ""
-        try:
-            edit = apply_reply(reply, request.parent.source, functions)
-        except EditError as first:
-            repaired = first.kind
-            turn = [*messages, {"role": "assistant", "content": reply}]
-            turn.append(self.templates.repair_message(request, str(first)))
-            reply = ask(turn, f" (in the repair turn after {first.kind})")
+        turn = list(messages)
+        reply = ask(turn)
+        repaired: list[str] = []
+        while True:
             try:
                 edit = apply_reply(reply, request.parent.source, functions)
-            except EditError as second:
-                raise failed(f"{second.kind}: {second} (after a repair turn for {first.kind})") from None
+                check(edit.source, request.target.signatures)
+                break
+            except EditError as exc:
+                kind, message, usable = exc.kind, str(exc), None
+            except StaticError as exc:
+                kind, message, usable = "static-check", str(exc), edit
+            if len(repaired) == self.config.repairs:
+                if usable is not None:  # the loop rejects it with the checker's message, and stores it
+                    edit = usable
+                    break
+                raise failed(f"{kind}: {message}{_after(repaired)}") from None
+            repaired.append(kind)
+            turn = [
+                *turn,
+                {"role": "assistant", "content": reply},
+                self.templates.repair_message(request, message),
+            ]
+            reply = ask(turn, f" (in the repair turn after {kind})")
         return Proposal(
             source=edit.source,
             proposer=self.name,
             model=model,
-            note=_note(edit, repaired),
+            note=_note(edit, ", ".join(repaired)),
             tokens=used.tokens,
             cost_usd=self.config.cost(model, used),
         )
@@ -179,6 +194,14 @@ def _note(edit: Edit, repaired: str) -> str:
     except SyntaxError:
         doc = []
     return f"{how}: {doc[0]}" if doc else how
+
+
+def _after(repaired: list[str]) -> str:
+    """What a failure says of the repair turns before it."""
+    if not repaired:
+        return ""
+    turns = "a repair turn" if len(repaired) == 1 else f"{len(repaired)} repair turns"
+    return f" (after {turns} for {', '.join(repaired)})"
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -107,22 +107,27 @@ SCRIPT = [
     Reply(f"Keep hot blocks longer:\n\n```python\n{program(2)}```\n\nThis should beat LRU."),  # 1: fenced
     diff_against_parent,  # 2: a diff that applies
     Reply(NOT_IN_PARENT),  # 3: a diff that does not apply ...
-    Reply(NOT_IN_PARENT),  # 4: ... nor after the repair turn: a failed proposal
-    Reply("I would evict the blocks that were used least."),  # 5: prose ...
-    Reply(f"```python\n{program(5)}```"),  # 6: ... repaired
-    Reply(OUTSIDE_SUBSET),  # 7
-    Reply(FAILS_Z3),  # 8
-    error(429, "Rate limit reached"),  # 9: retried by the client ...
-    Reply(program(8)),  # 10: ... and answered
-    error(500, "upstream crashed"),  # 11
-    error(500, "upstream crashed"),  # 12: out of retries: a failed proposal
-    Reply(hang_s=2.0),  # 13: past the 1 s timeout, retried ...
-    Reply(program(10)),  # 14: ... and answered
-    Reply(hang_s=2.0),  # 15
-    Reply(hang_s=2.0),  # 16: out of retries: a failed proposal
-    Reply(body=b'{"id": "chatcmpl-1", "choices": [{"message": '),  # 17: malformed JSON
+    Reply(NOT_IN_PARENT),  # 4: ... nor after a repair turn ...
+    Reply(NOT_IN_PARENT),  # 5: ... nor after the second: a failed proposal
+    Reply("I would evict the blocks that were used least."),  # 6: prose ...
+    Reply(f"```python\n{program(5)}```"),  # 7: ... repaired
+    Reply(OUTSIDE_SUBSET),  # 8: outside the subset ...
+    Reply(OUTSIDE_SUBSET),  # 9: ... after a repair turn quoting the checker ...
+    Reply(OUTSIDE_SUBSET),  # 10: ... and after the second: rejected and stored
+    Reply(FAILS_Z3),  # 11
+    error(429, "Rate limit reached"),  # 12: retried by the client ...
+    Reply(program(8)),  # 13: ... and answered
+    error(500, "upstream crashed"),  # 14
+    error(500, "upstream crashed"),  # 15: out of retries: a failed proposal
+    Reply(hang_s=2.0),  # 16: past the 1 s timeout, retried ...
+    Reply(program(10)),  # 17: ... and answered
+    Reply(hang_s=2.0),  # 18
+    Reply(hang_s=2.0),  # 19: out of retries: a failed proposal
+    Reply(body=b'{"id": "chatcmpl-1", "choices": [{"message": '),  # 20: malformed JSON
+    Reply(f"```python\nimport os\n{program(11)}```"),  # 21: outside the subset ...
+    Reply(f"```python\n{program(11)}```"),  # 22: ... repaired from the checker's message
 ]
-BUDGET = 10  # 8 scripted candidates and two from the fallback
+BUDGET = 10  # 9 scripted candidates and one from the fallback
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ def test_each_reply_becomes_the_candidate_it_means(scripted: ScriptedRun) -> Non
     assert notes[2].startswith("diff of 1 block")
     assert rows[2][7].rstrip().endswith("+ 0.5 * b.fanout")
     assert notes[3].startswith("rewrite, repaired after no-code: Recency plus a tuned hit bonus (5)")
+    assert notes[8].startswith("rewrite, repaired after static-check: Recency plus a tuned hit bonus (11)")
 
 
 def test_every_failure_is_classified_and_stored(scripted: ScriptedRun) -> None:
@@ -176,7 +182,7 @@ def test_every_failure_is_classified_and_stored(scripted: ScriptedRun) -> None:
     )
     failures = [message for message, _, _, _ in failed_proposals(scripted.db)]
     assert [m.split(":")[0] for m in failures] == ["diff-mismatch", "server-error", "timeout", "bad-response"]
-    assert "(after a repair turn for diff-mismatch)" in failures[0]
+    assert "(after 2 repair turns for diff-mismatch, diff-mismatch)" in failures[0]
     assert "answered 500 after 1 retry: upstream crashed" in failures[1]
     assert "within 1 s, 1 retry" in failures[2]
     assert "not a chat completion" in failures[3]
@@ -184,11 +190,17 @@ def test_every_failure_is_classified_and_stored(scripted: ScriptedRun) -> None:
 
 def test_retries_happen_as_the_client_is_configured(scripted: ScriptedRun) -> None:
     retries = [r.retry_count for r in scripted.received[: len(SCRIPT)]]
-    #           0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17  (the script's steps)
-    assert retries == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0]
-    repair = scripted.received[4].body["messages"]
-    assert [m["role"] for m in repair] == ["system", "user", "assistant", "user"]
+    #           0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22  (the script's steps)
+    assert retries == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]
+    repair = scripted.received[5].body["messages"]
+    assert [m["role"] for m in repair] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert repair[2]["content"] == NOT_IN_PARENT and "could not be used" in repair[3]["content"]
+
+
+def test_a_reply_outside_the_subset_is_repaired_from_the_checkers_message(scripted: ScriptedRun) -> None:
+    repair = scripted.received[9].body["messages"]
+    assert repair[-2]["content"] == OUTSIDE_SUBSET
+    assert "line 1: [no-imports]" in repair[-1]["content"]
 
 
 def test_tokens_and_cost_add_up_to_what_the_server_reported(scripted: ScriptedRun) -> None:
@@ -200,7 +212,7 @@ def test_tokens_and_cost_add_up_to_what_the_server_reported(scripted: ScriptedRu
     assert sum(r[4] for r in stored) + sum(f[3] for f in failed) == pytest.approx(cost)
     summary = json.loads(scripted.outcome.out)
     assert (summary["tokens"], summary["cost_usd"]) == (reported, pytest.approx(cost))
-    assert failed[0][2] == 240, "the failed diff paid for its call and its repair turn"
+    assert failed[0][2] == 360, "the failed diff paid for its call and its two repair turns"
     assert stored[3][3] == 240, "so did the repaired candidate"
     seen_models = {m for m, _, _ in scripted.delivered}
     assert seen_models == {"alpha", "beta"}, "both models were drawn"
@@ -226,7 +238,7 @@ def test_the_kv_prompt_holds_every_feature_and_the_previous_failure(scripted: Sc
         unit = f"{feature.unit}, clock" if feature.clock else feature.unit
         assert f"b.{feature.name} ({unit}, in [{feature.low:g}, {feature.high:g}]): {feature.doc}" in first
     refuted = next(r for r in candidates(scripted.db) if r[7] == FAILS_Z3)
-    after = scripted.received[9].prompt  # the request that followed the reply Z3 refuted
+    after = scripted.received[12].prompt  # the request that followed the reply Z3 refuted
     assert f"candidate {refuted[0]}: {refuted[6]}" in after
     assert "divides by zero at age=0, hits=0" in after, "the counterexample itself"
 
