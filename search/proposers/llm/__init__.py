@@ -39,6 +39,14 @@ SETTINGS: tuple[Option, ...] = (
     setting("llm_concurrency", "int", 4, "calls in flight at most", low=1),
     setting("temperature", "float", None, "sampling temperature (default: the server's)", low=0),
     setting(
+        "llm_max_tokens",
+        "int",
+        None,
+        "the most tokens a reply may have, sent as max_tokens (default: the server's)",
+        low=1,
+        high=1_000_000,
+    ),
+    setting(
         "prices",
         "list",
         [],
@@ -62,6 +70,7 @@ def llm_config(values: Mapping[str, Any]) -> LLMConfig:
         repairs=values.get("llm_repairs", 2),
         concurrency=values.get("llm_concurrency", 4),
         temperature=values.get("temperature"),
+        max_tokens=values.get("llm_max_tokens"),
         prices=dict(Price.parse(spec) for spec in values.get("prices") or ()),
         prompts=values.get("prompts"),
         share=values.get("llm_share", SHARE.default),

@@ -83,6 +83,8 @@ class LLMConfig:
     """Repair turns a proposal may take while its reply does not parse, apply or pass the static checker."""
     concurrency: int = 4
     temperature: float | None = None
+    max_tokens: int | None = None
+    """The most tokens a reply may have (`max_tokens`), or the server's default."""
     prices: dict[str, Price] = field(default_factory=dict)
     prompts: str | None = None
     """A folder of prompt templates that replace the shipped ones by file name."""
@@ -96,6 +98,8 @@ class LLMConfig:
             raise ValueError(
                 "--llm-timeout must be positive, --llm-retries and --llm-repairs >= 0, --llm-concurrency >= 1"
             )
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"--llm-max-tokens must be at least 1, got {self.max_tokens}")
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"--llm-share must lie in [0, 1], got {self.share}")
 

@@ -3,19 +3,20 @@
 One proposal is one chat call, plus up to `repairs` repair turns in the same conversation while the reply
 does not parse, does not apply to the parent, or falls outside the static checker's subset (the turn quotes
 the checker's message; a program still outside it after the last turn goes on to be rejected and stored
-as such). Timeouts and
-retries of 408/409/429/5xx and lost connections are the `openai` client's own (`timeout`, `max_retries`).
-What then still fails is classified in one line: `rate-limited`, `server-error`, `timeout` and
-`bad-response` (a body that is not a chat completion) fail this proposal only; an endpoint that cannot be
-reached, a rejected key, an unknown model or a refused request raise `ProposerUnavailable`, which stops the
-run resumably. The tokens of every reply come from its `usage`, priced by the configured table (USD per
-million prompt and completion tokens), and travel with the proposal or with its failure.
+as such). Timeouts and retries of 408/409/429/5xx and lost connections are the `openai` client's own
+(`timeout`, `max_retries`). What then still fails is classified in one line: `rate-limited`,
+`server-error`, `timeout`, `too-long` (a conversation over the model's context) and `bad-response` (a body
+that is not a chat completion) fail this proposal only; an endpoint that cannot be reached, a rejected key,
+an unknown model or a refused request raise `ProposerUnavailable`, which stops the run resumably. The
+tokens of every reply come from its `usage`, priced by the configured table (USD per million prompt and
+completion tokens), and travel with the proposal or with its failure.
 """
 
 from __future__ import annotations
 
 import ast
 import random
+import re
 from typing import Any
 
 import openai
@@ -126,9 +127,11 @@ class LLMProposer:
 
     def _complete(self, model: str, messages: list[dict[str, str]], seed: int) -> tuple[str | None, Usage]:
         """The reply's text (None if the body is no chat completion) and its usage; failures classified."""
-        options: dict[str, Any] = (
-            {} if self.config.temperature is None else {"temperature": self.config.temperature}
-        )
+        options: dict[str, Any] = {}
+        if self.config.temperature is not None:
+            options["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            options["max_tokens"] = self.config.max_tokens
         endpoint, retries = self.config.endpoint, _plural(self.config.retries, "retry", "retries")
         try:
             response = self.client.chat.completions.create(
@@ -156,6 +159,8 @@ class LLMProposer:
         except openai.APIConnectionError as exc:
             raise ProposerUnavailable(f"cannot reach the LLM endpoint {endpoint}: {_cause(exc)}") from None
         except openai.APIStatusError as exc:
+            if _over_context(exc):
+                raise ProposalFailed(f"too-long: {model} refused the request: {_detail(exc)}") from None
             if exc.status_code >= 500 or exc.status_code in (408, 409):
                 status = exc.status_code
                 raise ProposalFailed(
@@ -169,6 +174,17 @@ class LLMProposer:
                 f"bad-response: {model}'s reply is not a chat completion: {_one_line(exc)}"
             ) from None
         return _content(response), _usage(getattr(response, "usage", None))
+
+
+_OVER_CONTEXT = re.compile(r"context (length|size|window)|too long|too many tokens|n_ctx", re.IGNORECASE)
+
+
+def _over_context(exc: openai.APIStatusError) -> bool:
+    """A request longer than the model's context (OpenAI's and vLLM's 400, llama.cpp's): that proposal's
+    conversation is too long, not the endpoint unusable."""
+    if exc.status_code not in (400, 413, 422):
+        return False
+    return _code(exc) == "context_length_exceeded" or bool(_OVER_CONTEXT.search(_detail(exc)))
 
 
 def _content(response: Any) -> str | None:

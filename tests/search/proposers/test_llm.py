@@ -421,6 +421,8 @@ def test_openai_itself_needs_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ),
         (["--model", "alpha", "--max-tokens", "0"], "--max-tokens must be positive"),
         (["--model", "alpha", "--llm-share", "2"], "--llm-share must lie in [0, 1]"),
+        (["--model", "alpha", "--llm-max-tokens", "0"], "--llm-max-tokens"),
+        (["--model", "alpha", "--llm-repairs", "-1"], "--llm-repairs"),
         (
             ["--model", "alpha", "--prompts", "/no/such/folder"],
             "prompt folder /no/such/folder does not exist",
@@ -490,3 +492,20 @@ def test_a_failure_inside_mix_is_counted_against_its_writer() -> None:
     with pytest.raises(ProposalFailed) as info:
         mix.propose(mix_request(-1))
     assert info.value.proposer == "evolve"
+
+
+def test_a_request_over_the_context_fails_its_proposal_not_the_run(tmp_path: Path) -> None:
+    too_long = error(
+        400, "This model's maximum context length is 2048 tokens. However, you requested 2125 tokens"
+    )
+    numbers = itertools.count()
+    script = [too_long, Reply(program(1))]
+    with ScriptedLLM(script, lambda body: Reply(program(100 + next(numbers)))) as llm:
+        done = llm_search(
+            llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "3", "--llm-max-tokens", "512"
+        )
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["status"] == "finished"
+    failures = [message for message, _, _, _ in failed_proposals(tmp_path / "runs.db")]
+    assert len(failures) == 1 and failures[0].startswith("too-long: alpha refused the request: This model's")
+    assert llm.received[0].body["max_tokens"] == 512
