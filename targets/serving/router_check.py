@@ -1,13 +1,15 @@
 """The simulator's router against a real router process, request by request.
 
 The real router (sglang-router, or a router Crucible exported) runs on 127.0.0.1 in front of recording
-backends, each holding a request as long as the simulated fleet took to serve it, so the router's count of
-requests in flight follows the simulated fleet's. The slice is replayed in real time, compressed to a few
-seconds. Then the fleet replays the slice again following the router's decisions, its own router scoring
-every instance at every arrival: a decision agrees when the router chose an instance the simulator scored
-best. Following keeps the two in the same state; a free-running comparison would count every decision
-after the first difference as another. Ties are where the two may differ without either being wrong: the
-simulator takes the first best instance, the real router whatever its data structures give.
+backends, and the slice is replayed through it in lockstep with the simulated fleet: before each request is
+sent, the fleet is replayed up to that request's arrival following the router's decisions so far, the
+backends release exactly the requests it has started and finished by then (and report its engines'
+gauges), and the check waits until the router's own counts are the fleet's. No clock is involved: a timed
+replay drifts as soon as one decision differs, since every later service time moves with it. Then the
+fleet replays the slice following the router, its own router scoring every instance at every arrival: a
+decision agrees when the router chose an instance the simulator scored best. Ties are where the two may
+differ without either being wrong: the simulator takes the first best instance, the real router whatever
+its data structures give.
 """
 
 from __future__ import annotations
