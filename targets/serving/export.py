@@ -303,12 +303,15 @@ async def proxy(request):
         b.in_flight += 1
         b.prefilling.add(number)
         ROUTER.tree.insert(q.blocks, i)
+        upstream = None
         try:
             forwarded = CLIENT.build_request("POST", b.url + request.url.path, content=raw, headers=headers)
             upstream = await CLIENT.send(forwarded, stream=True)
             chunks = upstream.aiter_raw()
             first = await anext(chunks, b"")
         except httpx.HTTPError:
+            if upstream is not None:
+                await upstream.aclose()
             b.healthy = False
             b.in_flight -= 1
             b.prefilling.discard(number)
