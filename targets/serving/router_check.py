@@ -195,16 +195,8 @@ def against_exported_router(target: Any, workload: str, values: Mapping[str, Any
     """The program exported as a router (`crucible export --to router`), run with uvicorn, against the
     simulator running the same program."""
     given = str(values["program"])
-    baselines = target.baselines()
-    source = baselines.get(given)
-    if source is None:
-        try:
-            source = Path(given).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            raise OptionError(
-                f"option program: {given}: neither a readable heuristic file nor a baseline"
-            ) from None
-    name = given if given in baselines else Path(given).stem
+    source = _program_source(target, given)
+    name = given if given in target.baselines() else Path(given).stem
     cut = _slice(target, workload, values)
     with tempfile.TemporaryDirectory(prefix="crucible-export-") as folder:
         module = _export(target, source, given, folder)
@@ -276,7 +268,7 @@ def compare(
         ):
             instance = {backends.urls.index(u): i for i, u in enumerate(workers)}  # the router's own order
 
-            def settled(expected: dict[str, tuple[int, int]]) -> bool:
+            def settled(expected: dict[str, http_replay.Expected]) -> bool:
                 return router.settled(url, expected)
 
             sent = http_replay.lockstep(url, prompts, REPLAY_PATH, backends, due, settled, router.stream)
