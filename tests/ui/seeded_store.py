@@ -45,7 +45,17 @@ def seed(url: str) -> Seeded:
     os.environ[KEY_ENV] = "sk-scripted"
     try:
         with ScriptedLLM(script, lambda body: Reply(program(next(numbers)))) as llm:
-            llm_flags = ["--proposer", "llm", "--model", "scripted", "--base-url", llm.url]
+            # No repair turns: the reply outside the subset is then stored as the static check's rejection.
+            llm_flags = [
+                "--proposer",
+                "llm",
+                "--model",
+                "scripted",
+                "--base-url",
+                llm.url,
+                "--llm-repairs",
+                "0",
+            ]
             caps = ["--api-key-env", KEY_ENV, "--price", "scripted=1,2", "--max-tokens", "250"]
             cli.main([*SEARCH, "--db", url, "--budget", "20", *llm_flags, *caps])
     finally:
