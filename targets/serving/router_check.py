@@ -28,6 +28,7 @@ import numpy as np
 
 from targets.base import CommandResult, Instance, Option, OptionError, request_window
 from targets.batching.scheduler import DONE, RUNNING
+from targets.trace_files import checked_file
 
 from . import http_replay
 from .fleet import Policies, Replayed, replay
@@ -321,6 +322,7 @@ def _program_source(target: Any, given: str) -> str:
 
     source = target.baselines().get(given)
     if source is None:
+        checked_file(Path(given), "heuristic file")  # a device or a FIFO would never end
         try:
             source = Path(given).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):

@@ -44,7 +44,8 @@ def test_a_program_that_reads_queues_decides_as_the_simulator(
         (["--target", "kv", "--against", "sglang-router"], "is not checked against 'sglang-router'"),
         (["--target", "serving"], "needs --candidates"),
         (["--target", "serving", "--against", "exported-router", "--requests", "9:3"], "option requests"),
-        (["--target", "serving", "--against", "exported-router", "--program", "nosuch.py"], "option program"),
+        (["--target", "serving", "--against", "exported-router", "--program", "no.py"], "no such heuristic"),
+        (["--target", "serving", "--against", "exported-router", "--program", "/dev/zero"], "not a regular"),
     ],
 )
 def test_a_wrong_request_is_one_line(capsys: pytest.CaptureFixture[str], flags: list[str], said: str) -> None:
