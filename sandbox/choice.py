@@ -90,6 +90,6 @@ def _isolation(box: Sandbox) -> str:
     if isinstance(box, DockerSandbox):
         return f"image {box.image}: no network, read-only root, nobody, no capabilities, cgroup limits"
     assert isinstance(box, ProcessSandbox)
-    network = "own empty network namespace" if box.network_isolated else "the host's network"
+    network = "own network namespace, its loopback alone" if box.network_isolated else "the host's network"
     pids = "own PID namespace" if box.pid_isolated else "the host's PIDs"
     return f"rlimits, {network}, {pids}, the files and /proc of uid {os.getuid()}"

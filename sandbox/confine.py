@@ -1,5 +1,5 @@
-"""Confining a process: rlimits, new namespaces (an empty network, a PID namespace of its own), then no
-capability at all.
+"""Confining a process: rlimits, new namespaces (a network of its loopback alone, a PID namespace of its
+own), then no capability at all.
 
 The zygote (zygote.py) confines each job's forked child with these before the job is read. Run as a script,
 it confines itself and execs a command: the process backend probes which namespaces this machine permits
@@ -17,13 +17,18 @@ spec: {"rlimits": [[resource, soft, hard], ...], "unshare": flags}
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import signal
+import socket
+import struct
 import sys
 
+CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -40,6 +45,8 @@ def confine(rlimits: list[list[int]], flags: int) -> None:
         resource.setrlimit(which, (soft, hard))
     if flags:
         unshare(flags)
+    if flags & CLONE_NEWNET:
+        loopback_up()
     if flags & CLONE_NEWPID:
         as_init()
     drop_capabilities()
@@ -60,11 +67,24 @@ def drop_capabilities() -> None:
 
 
 def unshare(flags: int) -> None:
-    """Move this process into new namespaces (e.g. an empty network namespace); OSError if not permitted."""
+    """Move this process into new namespaces (e.g. a network of its own); OSError if not permitted."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(flags) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+
+
+def loopback_up() -> None:
+    """Bring up the new network namespace's loopback, down when made, as Docker's "none" network has it: a
+    job may then serve processes of its own on 127.0.0.1 and reach nothing else. Where the kernel does not
+    permit it, the loopback stays down, and only such a job fails, saying it could not connect."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            ifreq = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0))
+            flags = struct.unpack("16sh", ifreq[:18])[1]
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+        except OSError:
+            pass
 
 
 def die_with_parent() -> None:

@@ -86,7 +86,7 @@ class ProcessSandbox:
 
     @property
     def network_isolated(self) -> bool:
-        """Whether jobs run in a new, empty network namespace (else they share the host's network)."""
+        """Whether jobs run in a network namespace of their own, loopback only (else the host's network)."""
         return self.namespace_flags != 0
 
     @property

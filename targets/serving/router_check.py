@@ -411,10 +411,10 @@ def _slice(target: Any, workload: str, values: Mapping[str, Any]) -> Slice:
 
 def _policies(target: Any, baseline: str) -> Policies:
     """The simulator's baseline as the fleet runs it: a program's three keys, or a built-in router."""
-    from .target import BUILTIN, DEFAULT_SOURCE, _compiled
+    from .target import BUILTIN, DEFAULT_SOURCE, compiled_keys
 
     if baseline in BUILTIN:
-        route, schedule, evict = _compiled(DEFAULT_SOURCE)
+        route, schedule, evict = compiled_keys(DEFAULT_SOURCE)
         empty = np.zeros(0)
         return Policies(route, empty, schedule, empty, evict, empty, BUILTIN[baseline])
     return _policies_of(target.baselines()[baseline])
@@ -425,10 +425,10 @@ def _policies_of(source: str) -> Policies:
     from verifiers.compiler import param_vector
     from verifiers.static import check
 
-    from .target import SIGNATURES, _compiled
+    from .target import SIGNATURES, compiled_keys
 
     values = param_vector(check(source, SIGNATURES), {})
-    route, schedule, evict = _compiled(source)
+    route, schedule, evict = compiled_keys(source)
     return Policies(route, values, schedule, values, evict, values)
 
 

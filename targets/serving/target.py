@@ -19,6 +19,7 @@ from targets.base import (
     OptionError,
     Reference,
     TargetBase,
+    Validation,
     WorkloadError,
     request_window,
 )
@@ -26,7 +27,9 @@ from targets.batching.capacity import GOAL, capacity
 from targets.batching.compiled_scheduler import Pricing
 from targets.batching.kernels import cost_model
 from targets.batching.scheduler import Limits
-from targets.deployments.catalog import DEFAULT, SERVING, deployment
+from targets.batching.trace import Requests
+from targets.costmodel.model import DEFAULT_PROFILE
+from targets.deployments.catalog import CPU, DEFAULT, SERVING, deployment
 from targets.export import Export
 from verifiers.compiler import param_vector, to_numba
 from verifiers.program import Program, Signature
@@ -35,9 +38,11 @@ from verifiers.static import check
 
 from .export import router_export
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
-from .fleet import POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, replay
+from .fleet import BY_KEY, POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, Prefixes, replay
 from .metrics import fleet_metrics, fleet_timelines
+from .process_fleet import Keyed, Sources
 from .properties import PROPERTIES
+from .validation import validation_of
 from .workload import request_count, requests_of, shipped_workload_path
 
 ROUTE = Signature(
@@ -271,13 +276,10 @@ class ServingTarget(TargetBase):
     def evaluate(self, program: Program, instance: Instance, params: Mapping[str, float]) -> dict[str, float]:
         """The program's functions that the run searches, the defaults for the others."""
         searched = SEARCHED[str(instance.config.get("search", DEFAULTS["search"]))]
-        values = param_vector(program, params)
-        found, default = _compiled(program.source), _compiled(DEFAULT_SOURCE)
-        (route, rp), (schedule, sp), (evict, ep) = (
-            (found[k], values) if name in searched else (default[k], np.zeros(0))
-            for k, name in enumerate(_NAMES)
-        )
-        return _metrics(instance, Policies(route, rp, schedule, sp, evict, ep))
+        values = tuple(float(x) for x in param_vector(program, params))
+        found, default = Keyed(program.source, values), Keyed(DEFAULT_SOURCE, ())
+        route, schedule, evict = (found if name in searched else default for name in _NAMES)
+        return _metrics(instance, Sources(route, schedule, evict))
 
     def oracles(self) -> tuple[str, ...]:
         return (BOUND,)
@@ -307,55 +309,78 @@ class ServingTarget(TargetBase):
         }
 
     def evaluate_builtin(self, name: str, instance: Instance) -> dict[str, float]:
-        empty = np.zeros(0)
         if name == BOUND:
             return {"capacity": work_bound(instance)}
         if name not in BUILTIN:
             raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
-        route, schedule, evict = _compiled(DEFAULT_SOURCE)
-        return _metrics(instance, Policies(route, empty, schedule, empty, evict, empty, BUILTIN[name]))
+        default = Keyed(DEFAULT_SOURCE, ())
+        return _metrics(instance, Sources(default, default, default, name))
+
+    def validation(self) -> Validation:
+        return validation_of(self)
 
 
 _NAMES = ("route", "priority", "evict")
 
 
 def fleet_of(instance: Instance) -> tuple[Fleet, Pricing]:
-    """The instances' limits and the cost model's prices for an instance's configuration."""
+    """The instances' limits and the cost model's prices for an instance's configuration: on a deployment,
+    or on the CPU (the reference engine's tiny model priced by a profile, with a capacity given)."""
     config = {**DEFAULTS, **instance.config}
     requests, _, block_tokens = _requests(instance)
-    try:
-        on = deployment(str(config["deployment"]))
-    except KeyError as exc:
-        raise OptionError(str(exc.args[0])) from None
     budget, seqs = int(config["token_budget"]), int(config["max_seqs"])
-    blocks = config.get("capacity") or on.kv_blocks(block_tokens, budget, seqs)
-    if blocks < 1:
-        raise WorkloadError(f"on {on.name} no KV block of {block_tokens} tokens fits beside the weights")
+    name = str(config["deployment"])
+    if name == CPU:
+        blocks = int(config["capacity"])
+    else:
+        try:
+            on = deployment(name)
+        except KeyError as exc:
+            raise OptionError(str(exc.args[0])) from None
+        blocks = config.get("capacity") or on.kv_blocks(block_tokens, budget, seqs)
+        if blocks < 1:
+            raise WorkloadError(f"on {on.name} no KV block of {block_tokens} tokens fits beside the weights")
     limits = Limits(int(blocks), block_tokens, budget, min(seqs, requests.n))
     try:
         limits.check(requests)
     except ValueError as exc:
-        raise WorkloadError(f"{exc} on {on.name}") from None
-    pricing = _pricing(str(config["deployment"]), budget, seqs)
+        raise WorkloadError(f"{exc} on {name}") from None
+    pricing = _pricing(name, str(config.get("profile", DEFAULT_PROFILE)), budget, seqs)
     rate = pricing.iteration_ms(np.array([0]), np.array([budget])) / budget / 1e3
     return Fleet(int(config["instances"]), limits, rate), pricing
 
 
 @functools.lru_cache(maxsize=8)
-def _pricing(on: str, budget: int, seqs: int) -> Pricing:
-    return Pricing.of(cost_model(on=on), budget, seqs)
+def _pricing(on: str, profile: str, budget: int, seqs: int) -> Pricing:
+    return Pricing.of(cost_model(profile, on), budget, seqs)
 
 
-def _requests(instance: Instance) -> Any:
+def _requests(instance: Instance) -> tuple[Requests, Prefixes, int]:
+    """The instance's window of the trace, scaled down where it says so (`token_divisor`, `max_output`:
+    the real engine's slice, a trace block then `token_divisor` times fewer tokens)."""
     window = instance.config.get("requests")
-    return requests_of(instance.workload, (int(window[0]), int(window[1])) if window else None)
+    requests, prefixes, block_tokens = requests_of(
+        instance.workload, (int(window[0]), int(window[1])) if window else None
+    )
+    divisor = int(instance.config.get("token_divisor", 1))
+    if divisor == 1 and "max_output" not in instance.config:
+        return requests, prefixes, block_tokens
+    if block_tokens % divisor:
+        raise OptionError(
+            f"option token_divisor: {divisor} does not divide the trace's block of {block_tokens}"
+        )
+    scaled = requests.scaled(1.0, divisor, int(instance.config.get("max_output", 0)))
+    return scaled, prefixes, block_tokens // divisor
 
 
-def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
+def _metrics(instance: Instance, sources: Sources) -> dict[str, float]:
+    """The fleet's figures at the instance's load and its capacity; for a validation's instance (an
+    "engine" setting), the figures at its load in the simulator and on real processes instead."""
     config = {**DEFAULTS, **instance.config}
     requests, prefixes, _ = _requests(instance)
     fleet, pricing = fleet_of(instance)
     slo = (float(config["ttft_slo_s"]), float(config["tbt_slo_s"]))
+    policies = _policies(sources)
 
     def at(load: float, give_up: bool) -> Any:
         loaded = requests.scaled(load)
@@ -366,6 +391,9 @@ def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
     load = float(config["load"])
     replayed = at(load, False)
     metrics = fleet_metrics(replayed, slo, fleet.instances)
+    engine = instance.config.get("engine")
+    if engine:
+        return metrics | _on_processes(instance, sources, fleet, pricing, engine)
 
     def attainment(trial: float) -> float:
         if trial == load:
@@ -377,8 +405,47 @@ def _metrics(instance: Instance, policies: Policies) -> dict[str, float]:
     return metrics | (fleet_timelines(replayed) if instance.role == "eval" else {})
 
 
+def _on_processes(
+    instance: Instance, sources: Sources, fleet: Fleet, pricing: Pricing, engine: Mapping[str, Any]
+) -> dict[str, float]:
+    """The slice on N engine processes behind a router process: their figures, as `engine_` metrics; and
+    where asked, how much slower the engines ran their passes than the profile prices those very passes
+    (the median ratio), which the validation prices the simulator with."""
+    import statistics
+    import tempfile
+
+    from targets.batching.kernels import PASSES_VS_PROFILE
+    from targets.costmodel.shapes import MODELS
+
+    from .process_fleet import Setup, replay_on_processes
+
+    config = {**DEFAULTS, **instance.config}
+    requests, prefixes, _ = _requests(instance)
+    loaded = requests.scaled(float(config["load"]))
+    slo = (float(config["ttft_slo_s"]), float(config["tbt_slo_s"]))
+    seed = int(engine.get("seed", 0))
+    setup = Setup(fleet.instances, fleet.limits, slo, seed, fleet.prefill_s_per_token, MODELS["tiny"].vocab)
+    horizon = float(loaded.arrival_s[-1]) + HORIZON_S
+    with tempfile.TemporaryDirectory(prefix="crucible-fleet-") as folder:
+        replayed, passes = replay_on_processes(loaded, prefixes, setup, sources, horizon, Path(folder))
+    measured = {f"engine_{k}": v for k, v in fleet_metrics(replayed, slo, fleet.instances).items()}
+    if engine.get("time_passes") and passes:
+        ratios = [p.ms / pricing.iteration_ms(p.starts, p.tokens) for p in passes]
+        measured[PASSES_VS_PROFILE] = statistics.median(ratios)
+    return measured
+
+
+def _policies(sources: Sources) -> Policies:
+    """The compiled keys of a fleet's policies, as the simulator runs them."""
+    route, schedule, evict = (
+        (compiled_keys(keyed.source)[k], np.array(keyed.params, dtype=np.float64))
+        for k, keyed in enumerate((sources.route, sources.schedule, sources.evict))
+    )
+    return Policies(*route, *schedule, *evict, BUILTIN[sources.builtin] if sources.builtin else BY_KEY)
+
+
 @functools.lru_cache(maxsize=16)
-def _compiled(source: str) -> tuple[Callable[..., float], ...]:
+def compiled_keys(source: str) -> tuple[Callable[..., float], ...]:
     """A program's three keys compiled once per process, however many trials evaluate it."""
     program = check(source, SIGNATURES)
     return (
