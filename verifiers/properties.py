@@ -102,6 +102,19 @@ class GrowsWith:
 
 
 @dataclass(frozen=True)
+class Outranks:
+    """Any input whose `feature` is at least `at_least` (and where the `given` relations hold) scores above
+    any input whose `feature` is below `below`, whatever the other features of either: two inputs apart,
+    except the `shared` features, which both read alike (what one decision scores every input against)."""
+
+    feature: str
+    at_least: float
+    below: float
+    shared: tuple[str, ...] = ()
+    given: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Holds:
     """A predicate holds for every input where the functions are defined.
 
@@ -112,7 +125,7 @@ class Holds:
     predicate: str
 
 
-Check = NoFault | Bounded | Monotone | GrowsWith | Holds
+Check = NoFault | Bounded | Monotone | GrowsWith | Outranks | Holds
 
 
 @dataclass(frozen=True)
@@ -138,6 +151,8 @@ class Property:
                 return f"monotone({feature}, {'increasing' if increasing else 'decreasing'})"
             case GrowsWith(feature=feature, min_rate=rate):
                 return f"grows-with({feature}, {rate:g})"
+            case Outranks(feature=feature, at_least=at_least, below=below):
+                return f"outranks({feature} >= {at_least:g} over {feature} < {below:g})"
             case Holds(predicate=predicate):
                 return f"holds({predicate})"
 

@@ -68,6 +68,7 @@ from verifiers.properties import (
     Monotone,
     NoFault,
     Outcome,
+    Outranks,
     Property,
     Verdict,
     relation_names,
@@ -637,6 +638,8 @@ class _Prover:
                 )
             case Monotone(feature=feature) | GrowsWith(feature=feature):
                 return self._two_copies(prop, fn, domain, reals, x, premises, feature)
+            case Outranks() as check:
+                return self._two_inputs(prop, fn, domain, reals, x, premises, check)
             case Holds(predicate=predicate):
                 runs = {
                     name: _execute(f, reals, x, self.params) for name, f in self.program.functions.items()
@@ -698,6 +701,30 @@ class _Prover:
         return self._search(
             prop, reals, premises, goal, x, y, lambda p: self._pair_fails(prop, fn, feature, p)
         )
+
+    def _two_inputs(
+        self,
+        prop: Property,
+        fn: ast.FunctionDef,
+        domain: Domain,
+        reals: _Reals,
+        x: dict[str, z3.ArithRef],
+        premises: list[z3.BoolRef],
+        check: Outranks,
+    ) -> Outcome:
+        """Two inputs apart but for the shared features: the first at least `at_least` (where `given`
+        holds of it), the second below `below`; a violation is the first scoring no higher."""
+        y = {n: v if n in check.shared else z3.Real(f"{n}'") for n, v in x.items()}
+        premises = premises + self._premises(fn, domain, reals, y)
+        premises += [_names_expr(g, fn, reals, x, x) for g in check.given]
+        first, second = _execute(fn, reals, x, self.params), _execute(fn, reals, y, self.params)
+        premises += [first.defined(reals), second.defined(reals)]
+        premises += [
+            x[check.feature] >= reals.const(check.at_least),
+            y[check.feature] < reals.const(check.below),
+        ]
+        goal = first.value <= second.value
+        return self._search(prop, reals, premises, goal, x, y, lambda p: self._not_outranked(fn, check, p))
 
     def _search(
         self,
@@ -826,6 +853,20 @@ class _Prover:
             return None
         return what, {"output": _json_float(before), "output_after": _json_float(after)}
 
+    def _not_outranked(
+        self, fn: ast.FunctionDef, check: Outranks, p: _Point
+    ) -> tuple[str, dict[str, Any]] | None:
+        assert p.other is not None
+        first, second = self._float_run(fn, p.features, p.params), self._float_run(fn, p.other, p.params)
+        if any(f.unsafe for f in first.faults + second.faults) or first.value > second.value:
+            return None
+        name = check.feature
+        what = (
+            f"at {name} {p.features[name]:.6g} it scores {first.value:.6g}, no more than {second.value:.6g} "
+            f"at {name} {p.other[name]:.6g}"
+        )
+        return what, {"output": _json_float(first.value), "output_other": _json_float(second.value)}
+
     def _predicate_fails(self, prop: Property, p: _Point) -> tuple[str, dict[str, Any]] | None:
         assert isinstance(prop.check, Holds)
         runs = {name: self._float_run(f, p.features, p.params) for name, f in self.program.functions.items()}
@@ -917,7 +958,7 @@ def validate(program: Program, domains: Mapping[str, Domain], properties: Sequen
         if prop.function not in program.functions or prop.function not in domains:
             raise ValueError(f"property '{prop.name}': no function or domain '{prop.function}'")
         if (
-            isinstance(prop.check, Monotone | GrowsWith)
+            isinstance(prop.check, Monotone | GrowsWith | Outranks)
             and prop.check.feature not in domains[prop.function].bounds
         ):
             raise ValueError(f"property '{prop.name}': no feature '{prop.check.feature}' in the domain")

@@ -340,9 +340,8 @@ class EngineInstance:
     def state(self, tokens: Sequence[int]) -> dict[str, float]:
         """The instance's state as a request with these prompt tokens would meet it now."""
         bs = self.limits.block_tokens
-        limit = min(-(-len(tokens) // bs), (len(tokens) - 1) // bs)
-        hit = 0
-        for block in block_ids(tokens[: limit * bs], bs):
+        hit = 0  # leading full blocks, leaving at least one token to compute (as cached_prefix counts)
+        for block in block_ids(tokens[: (len(tokens) - 1) // bs * bs], bs):
             if block not in self.cache:
                 break
             hit += 1

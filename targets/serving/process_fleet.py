@@ -31,7 +31,7 @@ from targets.batching.trace import Requests
 from . import http_replay
 from .engine_server import BUSY_UNTIL, REQUEST, TIME
 from .fleet import SAMPLES, Prefixes, Replayed
-from .policy_router import INSTANCE
+from .policy_router import INSTANCE, ROUTERS
 
 START_S = 120.0
 """How long a process may take to start (torch and numba load first)."""
@@ -109,6 +109,11 @@ def replay_on_processes(
     """The requests through N engine processes behind a router process: what they did, as a Replayed (no
     router scores, memory or time series: `best`, `held` and the series are left empty), and every pass
     the engines ran."""
+    if sources.builtin and sources.builtin not in ROUTERS:
+        raise http_replay.ReplayError(
+            f"no built-in router {sources.builtin!r} here (have {', '.join(ROUTERS)}): it hashes the trace's "
+            "block ids, which a router of token ids does not see"
+        )
     limits = setup.limits
     prompts = prompts_of(requests, prefixes, limits.block_tokens, setup.vocab, setup.seed)
     ports = [http_replay.free_port() for _ in range(setup.instances + 1)]
@@ -181,7 +186,8 @@ async def _lockstep(
     busy = [math.inf] * len(engines)
     streams: list[asyncio.Task[int]] = []
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
+    timeout = httpx.Timeout(120.0, read=None)  # a stream waits as long as its request waits
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         a, now, drained = 0, 0.0, False
         while True:
             i = int(np.argmin(busy))

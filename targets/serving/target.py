@@ -410,8 +410,7 @@ def _on_processes(
 ) -> dict[str, float]:
     """The slice on N engine processes behind a router process: their figures, as `engine_` metrics; and
     where asked, how much slower the engines ran their passes than the profile prices those very passes
-    (the median ratio), which the validation prices the simulator with."""
-    import statistics
+    (their total time over their total price), which the validation prices the simulator with."""
     import tempfile
 
     from targets.batching.kernels import PASSES_VS_PROFILE
@@ -429,9 +428,9 @@ def _on_processes(
     with tempfile.TemporaryDirectory(prefix="crucible-fleet-") as folder:
         replayed, passes = replay_on_processes(loaded, prefixes, setup, sources, horizon, Path(folder))
     measured = {f"engine_{k}": v for k, v in fleet_metrics(replayed, slo, fleet.instances).items()}
-    if engine.get("time_passes") and passes:
-        ratios = [p.ms / pricing.iteration_ms(p.starts, p.tokens) for p in passes]
-        measured[PASSES_VS_PROFILE] = statistics.median(ratios)
+    if engine.get("time_passes") and passes:  # the clock's rate: the time the passes took over their price
+        priced = sum(pricing.iteration_ms(p.starts, p.tokens) for p in passes)
+        measured[PASSES_VS_PROFILE] = sum(p.ms for p in passes) / priced
     return measured
 
 

@@ -104,6 +104,20 @@ def test_no_connection_reaches_the_hosts_loopback(box: Sandbox) -> None:
     assert "REACHED" not in result.message
 
 
+def test_a_job_reaches_what_it_serves_itself_on_its_own_loopback(box: Sandbox) -> None:
+    if on_process(box) and not box.network_isolated:  # type: ignore[attr-defined]
+        pytest.skip("no network namespace can be created here")
+    own = (
+        "import socket\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "socket.create_connection(server.getsockname(), timeout=2).sendall(b'x')\n"
+        "assert server.accept()[0].recv(1) == b'x'\n"
+        "raise SystemError('SERVED ITSELF')\n"
+    )
+    result = contained(box, hostile(own))
+    assert "SERVED ITSELF" in result.message, "a job may run servers of its own (the fleet's processes)"
+
+
 def test_no_route_leads_out(box: Sandbox) -> None:
     if on_process(box) and not box.network_isolated:  # type: ignore[attr-defined]
         pytest.skip("no network namespace can be created here")
