@@ -6,6 +6,7 @@ run service checks a run's, so `baselines`, `eval` and `search` accept and refus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from search.service.runs import instances, resolve
 from search.store.readmodel import Verdict
 from targets.base import Instance, Target, timelines
 from verifiers.program import Program
-from verifiers.properties import Outcome
+from verifiers.properties import Outcome, Property
 from verifiers.smt import Verifier
 from verifiers.static import StaticError, check
 
@@ -155,10 +156,12 @@ def evaluate_file(
     )
 
 
-def verify(target: Target, program: Program, seconds: float = 2.0) -> list[Outcome]:
-    """Z3's verdict on each of the target's properties."""
+def verify(
+    target: Target, program: Program, seconds: float = 2.0, required: Sequence[Property] = ()
+) -> list[Outcome]:
+    """Z3's verdict on each of the target's properties, and on those a run requires."""
     with Verifier(seconds=seconds) as verifier:
-        return list(verifier.verify(program, domains(target), target.properties()))
+        return list(verifier.verify(program, domains(target), (*target.properties(), *required)))
 
 
 def read_program(target: Target, path: Path) -> Program:

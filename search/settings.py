@@ -83,6 +83,15 @@ SETTINGS: tuple[Option, ...] = (
     ),
     setting("sandbox", "str", "auto", "where candidate code runs", choices=BACKENDS, resumable=True),
     setting(
+        "require",
+        "str",
+        None,
+        "hard properties every candidate must be proved to have beyond the target's own, NAME=VALUE[,...] "
+        "(`crucible targets show TARGET` lists them; batching: bounded-wait=W[:SHARE]); a candidate Z3 "
+        "does not prove them of is rejected, its counterexample stored and shown to the proposer",
+        metavar="NAME=VALUE",
+    ),
+    setting(
         "for_engine",
         "str",
         None,
@@ -140,6 +149,8 @@ class RunConfig:
     """What candidates are ranked on (loop/selection.py): the whole window, or what tuning never saw."""
     sandbox: str = default("sandbox")
     """Where the run's jobs run unless the process that executes it is told otherwise."""
+    require: str | None = default("require")
+    """Hard properties candidates must be proved to have beyond the target's (`--require`), as given."""
     for_engine: str | None = default("for_engine")
     """The engine whose exposed features alone candidates may read (`--for`): what is found exports there."""
 

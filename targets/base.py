@@ -590,6 +590,10 @@ class Target(Protocol):
         """The real systems `crucible validate --against NAME` compares the simulator with, by name."""
         ...
 
+    def requirable(self) -> Mapping[str, Requirable]:
+        """Hard properties a run may require beyond `properties()` (`--require NAME=VALUE`), by name."""
+        ...
+
 
 class TargetBase:
     """The defaults of the Target protocol's optional hooks, given once: a target class derives from this
@@ -652,6 +656,38 @@ class TargetBase:
     def references(self) -> Mapping[str, Reference]:
         """None: no real system decides as its simulator does, request by request."""
         return {}
+
+    def requirable(self) -> Mapping[str, Requirable]:
+        """None: a run proves the target's own properties only."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Requirable:
+    """A hard property a run may require, made from the text after `NAME=` (and the run's options, which
+    may fix what it assumes of the mechanism); `usage` says what the text holds. OptionError on bad text."""
+
+    usage: str
+    doc: str
+    make: Callable[[str, Mapping[str, Any]], Property]
+
+
+def required(target: Target, text: str | None, options: Mapping[str, Any]) -> tuple[Property, ...]:
+    """The properties `--require NAME=VALUE[,NAME=VALUE...]` asks of a run (none for None); OptionError
+    names what the target offers."""
+    if not text:
+        return ()
+    offered = target.requirable()
+    made = []
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        if name not in offered:
+            known = ", ".join(f"{n}={r.usage}" for n, r in offered.items()) or "none"
+            raise OptionError(f"--require {part.strip()}: target {target.name} offers {known}")
+        if not sep or not value.strip():
+            raise OptionError(f"--require {name} needs a value: {name}={offered[name].usage}")
+        made.append(offered[name].make(value.strip(), options))
+    return tuple(made)
 
 
 def windowed(target: Target) -> bool:

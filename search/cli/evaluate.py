@@ -37,11 +37,21 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
         e.set_defaults(handler=evaluate, option_flags=True)
     else:
         v = parsing.add_command(sub, name, help_text)
-        v.add_argument("file", nargs="?", help="the heuristic file (or --run and --candidate)")
+        v.add_argument(
+            "file",
+            nargs="?",
+            help="the heuristic file, or a baseline of the target by name (or --run and --candidate)",
+        )
         v.add_argument(
             "--target", default="kv", metavar="TARGET", help="whose properties to prove (default kv)"
         )
         v.add_argument("--seconds", type=float, default=2.0, help="Z3's time limit per property (default 2)")
+        v.add_argument(
+            "--require",
+            metavar="NAME=VALUE",
+            help="prove these too, as a search run requires them (`crucible targets show TARGET` lists them; "
+            "the target's default options fix what they assume); exit 1 unless proved",
+        )
         add_json(v)
         add_db(v)
         v.add_argument("--run", help="verify a candidate of this stored run (with --candidate)")
@@ -124,13 +134,20 @@ def verify(args: argparse.Namespace) -> None:
     from search.evaluation import checked, read_program
     from search.evaluation import verify as prove
     from search.service import load_target, open_service
+    from targets.base import OptionError, required
 
     target = load_target(args.target)
     if not args.seconds > 0:
         raise UserError(f"--seconds must be positive, got {args.seconds}")
     if args.file and (args.run or args.candidate is not None):
         raise UserError("give a file, or --run and --candidate, not both")
-    if args.file:
+    if args.file and not Path(args.file).exists() and args.file in target.baselines():
+        name = args.file
+        program = checked(target, target.baselines()[args.file], f"baseline {args.file}")
+    elif args.file:
+        if not Path(args.file).exists():
+            known = ", ".join(target.baselines())
+            raise UserError(f"{args.file}: neither a heuristic file nor a baseline of {target.name}: {known}")
         name = args.file
         program = read_program(target, Path(args.file))
     elif args.run and args.candidate is not None:
@@ -142,8 +159,12 @@ def verify(args: argparse.Namespace) -> None:
         program = checked(target, stored.source, name)
     else:
         raise UserError("verify needs a file, or --run RUN and --candidate N")
-    outcomes = prove(target, program, args.seconds)
-    properties = {p.name: p for p in target.properties()}
+    try:
+        demanded = required(target, args.require, target.default_config())
+    except OptionError as exc:
+        raise UserError(str(exc)) from None
+    outcomes = prove(target, program, args.seconds, demanded)
+    properties = {p.name: p for p in (*target.properties(), *demanded)}
     if args.json:
         rows = [
             {**asdict(o), "statement": properties[o.property].statement, "kind": properties[o.property].kind}
@@ -161,5 +182,6 @@ def verify(args: argparse.Namespace) -> None:
         lines: list[Any] = [table]
         lines += [f"{o.property} ({o.verdict}): {o.message}" for o in outcomes if o.message]
         show(*lines)  # whole lines, so a counterexample can be copied
-    if any(o.severity == "hard" and o.verdict == "counterexample" for o in outcomes):
+    names = {p.name for p in demanded}
+    if any(o.rejects or (o.property in names and o.verdict != "proved") for o in outcomes):
         raise SystemExit(1)

@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> None:
         f"commands: {', '.join(f'crucible {target.name} {c}' for c in data['commands']) or 'none'}",
         f"exports to (crucible export --to ENGINE): {', '.join(data['exports']) or 'none'}",
         f"checked against (crucible validate --against SYSTEM): {', '.join(data['references']) or 'none'}",
+        "requirable (crucible search --require NAME=VALUE): "
+        + ("; ".join(f"{n}={r['usage']}: {r['doc']}" for n, r in data["requirable"].items()) or "none"),
     )
 
 
@@ -136,6 +138,7 @@ def described(target: Target) -> dict[str, Any]:
             name: {"doc": r.doc, "options": [_option(o) for o in r.options]}
             for name, r in target.references().items()
         },
+        "requirable": {name: {"usage": r.usage, "doc": r.doc} for name, r in target.requirable().items()},
     }
 
 

@@ -35,7 +35,7 @@ from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Propos
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
 from search.terms import BASELINE
-from targets.base import FeatureRegistry, Objective, Target
+from targets.base import FeatureRegistry, Objective, Target, required
 from verifiers.fingerprint import fingerprint
 from verifiers.program import Program, Signature
 from verifiers.properties import Domain, Outcome
@@ -130,6 +130,8 @@ class Search:
         self.database = ProgramDatabase(islands=self.config.islands)
         self.domains = domains(self.target)
         self.signatures = searched(self.target, self.config.for_engine)
+        self.required = required(self.target, self.config.require, self.config.options)
+        self.properties = (*self.target.properties(), *self.required)
         self.verifier = Verifier()
         self.schedule: Schedule = schedule_for(self.config.schedule, self.config.workers)
         self.history: list[CandidateRecord] = []
@@ -399,21 +401,25 @@ class Search:
         return None
 
     def _screen(self, source: str) -> tuple[str, list[Outcome]]:
-        """Checks that need no sandbox: the static check, then Z3 on the target's properties.
+        """Checks that need no sandbox: the static check, then Z3 on the target's properties and the run's.
 
-        An empty rejection means the candidate may run: only a counterexample to a hard property rejects
-        it; an unknown verdict is recorded as unverified, never as proved.
+        An empty rejection means the candidate may run: a counterexample to a hard property rejects it, and
+        so does any verdict but proved on a property the run requires; an unknown verdict on the target's
+        own is recorded as unverified, never as proved.
         """
         try:
             program = self._program(source)
         except StaticError as exc:
             return f"static check: {exc}", []
-        outcomes = self.verifier.verify(program, self.domains, self.target.properties())
-        failed = [o for o in outcomes if o.rejects]
+        outcomes = self.verifier.verify(program, self.domains, self.properties)
+        demanded = {p.name for p in self.required}
+        failed = [o for o in outcomes if o.rejects or (o.property in demanded and o.verdict != "proved")]
         if not failed:
             return "", outcomes
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-        return f"verification: {failed[0].property}: {failed[0].message}{more}", outcomes
+        first = failed[0]
+        unproved = "" if first.verdict == "counterexample" else "required, not proved: "
+        return f"verification: {first.property}: {unproved}{first.message}{more}", outcomes
 
     def _writable(self, source: str) -> bool:
         """Whether the run could have written this program (it reads only the features searched)."""

@@ -35,7 +35,7 @@ from search.service.journal import RunJournal
 from search.settings import RunConfig, checked
 from search.store.readmodel import ReadModel, RunInfo, RunReport, run_status
 from search.store.store import Store, StoreError, open_engine
-from targets.base import Option, OptionError, Target, WorkloadError, resolve_options
+from targets.base import Option, OptionError, Target, WorkloadError, required, resolve_options
 
 NOT_STARTED = "created, not started yet"
 """The message of a run stored but not executed yet (its executing process may start it any moment)."""
@@ -223,6 +223,10 @@ def prepare(target: str, workload: str | None, options: Mapping[str, Any], **giv
     internal = {k: given.pop(k) for k in list(given) if k in INTERNAL}
     try:
         run = checked(SETTINGS, run)
+    except OptionError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        required(found, run["require"], values)
     except OptionError as exc:
         raise UserError(str(exc)) from None
     engine = run["for_engine"]

@@ -65,6 +65,7 @@ REQUEST_FEATURES = FeatureRegistry(
         "waiting == now - arrival",
         "since_run <= waiting",
         "slack == deadline - now",
+        "deadline >= arrival",
         "pending + computed == prompt + generated",
         "decoding <= running",
         "decoding <= generated",

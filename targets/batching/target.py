@@ -18,6 +18,7 @@ from targets.base import (
     Instance,
     Objective,
     Option,
+    Requirable,
     TargetBase,
     Validation,
     WorkloadError,
@@ -39,7 +40,7 @@ from .export import vllm_export
 from .features import ORACLE_COLUMNS, ORACLE_REMAINING, REQUEST_FEATURES
 from .kernels import PASSES_VS_PROFILE, cost_model, engine_executor, passes_vs_profile
 from .metrics import METRICS, serving_metrics
-from .properties import PROPERTIES
+from .properties import PROPERTIES, REQUIRABLE
 from .scheduler import Executor, Limits, Served, serve
 from .trace import Requests, load_azure
 from .validation import validation_of
@@ -259,6 +260,9 @@ class BatchingTarget(TargetBase):
 
     def properties(self) -> tuple[Property, ...]:
         return PROPERTIES
+
+    def requirable(self) -> dict[str, Requirable]:
+        return dict(REQUIRABLE)
 
     def builtin_baselines(self) -> tuple[str, ...]:
         return ("srpt",)
