@@ -35,11 +35,16 @@ ENGINE_LIMITS = Limits(wall_s=7200.0, memory_mb=16384, cpu_s=14400)
 """A replay in the engine runs real kernels for minutes and maps torch: far above a simulator job."""
 
 
-def require(command: str, modules: tuple[str, ...]) -> None:
-    """A clear one-line error where a module the command needs (an extra of the same name) is missing."""
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            raise UserError(f"{command} needs {module}: pip install 'crucible[{module}]'")
+EXTRA_MODULES = {"router": ("starlette", "uvicorn", "httpx")}
+"""The modules of an extra whose name is not its one module's."""
+
+
+def require(command: str, extras: tuple[str, ...]) -> None:
+    """A clear one-line error where a module of an extra the command needs is missing."""
+    for extra in extras:
+        for module in EXTRA_MODULES.get(extra, (extra,)):
+            if importlib.util.find_spec(module) is None:
+                raise UserError(f"{command} needs {module}: pip install 'crucible[{extra}]'")
 
 
 def kendall_tau(

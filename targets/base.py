@@ -432,7 +432,8 @@ class Validation:
     policies are ranked by `rank_by` (a compared figure's label) in `direction`, in the simulator and in
     the engine, and Kendall's tau says how well the two rankings agree. `largest` names report figures
     that are the largest value of a metric over the policies (e.g. a logit difference that must stay
-    tiny); `checks` bound figures; `requires` are modules the engine imports (a one-line error if absent);
+    tiny); `checks` bound figures; `requires` are the extras the engine needs (a one-line error names
+    the one absent);
     `calibrated`, if set, prices the simulator as the engine's jobs measured the machine (a CPU's speed
     drifts while a validation runs), and across the speeds they measured.
     """

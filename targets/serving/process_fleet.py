@@ -32,28 +32,10 @@ from . import http_replay
 from .engine_server import BUSY_UNTIL, REQUEST, TIME
 from .fleet import SAMPLES, Prefixes, Replayed
 from .policy_router import INSTANCE, ROUTERS
+from .sources import Sources
 
 START_S = 120.0
 """How long a process may take to start (torch and numba load first)."""
-
-
-@dataclass(frozen=True)
-class Keyed:
-    """One decision function as a process takes it: a program's source and its PARAMS vector."""
-
-    source: str
-    params: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Sources:
-    """The policies of a fleet as the processes take them: the router's key (or a built-in router by
-    name), each engine's schedule and evict keys."""
-
-    route: Keyed
-    schedule: Keyed
-    evict: Keyed
-    builtin: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,8 +150,13 @@ def replay_on_processes(
         ]
         log = str(folder / "router.log")
         stack.enter_context(http_replay.process(command, router + "/health", ready, log, START_S))
-        routed, end = asyncio.run(_lockstep(requests, prompts, engines, router, horizon_s))
-        records = [httpx.get(url + "/record", timeout=60).json() for url in engines]
+        try:
+            routed, end = asyncio.run(_lockstep(requests, prompts, engines, router, horizon_s))
+            records = [httpx.get(url + "/record", timeout=60).json() for url in engines]
+        except httpx.HTTPError as exc:
+            raise http_replay.ReplayError(
+                f"the replay lost a connection ({type(exc).__name__}: {exc or 'closed'}); {_logged(folder)}"
+            ) from None
     passes = [
         Pass(ms, np.array(starts), np.array(tokens)) for r in records for ms, starts, tokens in r["passes"]
     ]
@@ -227,6 +214,16 @@ async def _lockstep(
         for task in streams:
             task.cancel()
     return routed, now
+
+
+def _logged(folder: Path) -> str:
+    """The last error line a process of the fleet logged, naming the process, or that none did."""
+    for log in sorted(folder.glob("*.log")):
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line or "error" in line]
+        if errors:
+            return f"{log.stem} logged: {errors[-1][:300]}"
+    return "no process logged an error"
 
 
 async def _drained(response: httpx.Response) -> int:

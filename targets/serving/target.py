@@ -40,8 +40,8 @@ from .export import router_export
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
 from .fleet import BY_KEY, POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, Prefixes, replay
 from .metrics import fleet_metrics, fleet_timelines
-from .process_fleet import Keyed, Sources
 from .properties import PROPERTIES
+from .sources import Keyed, Sources
 from .validation import validation_of
 from .workload import request_count, requests_of, shipped_workload_path
 

@@ -118,6 +118,6 @@ def validation_of(target: ServingTarget) -> Validation:
             Check("error_max", at_most=0.25),
             Check("pairs_compared", at_least=0.5),
         ),
-        requires=("torch",),
+        requires=("torch", "router"),
         calibrated=priced_as_measured,
     )

@@ -17,7 +17,8 @@ from targets.reference_engine.model import Transformer  # noqa: E402
 from targets.serving.engine_instance import EngineInstance, block_ids  # noqa: E402
 from targets.serving.fleet import Fleet, replay  # noqa: E402
 from targets.serving.process_fleet import prompts_of  # noqa: E402
-from targets.serving.target import DEFAULT_SOURCE, Keyed, Sources, _policies, compiled_keys  # noqa: E402
+from targets.serving.sources import Keyed, Sources  # noqa: E402
+from targets.serving.target import DEFAULT_SOURCE, _policies, compiled_keys  # noqa: E402
 from targets.serving.workload import requests_of  # noqa: E402
 
 pytestmark = pytest.mark.torch
