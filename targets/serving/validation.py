@@ -8,8 +8,10 @@ the batching validation scales its own: token counts divided by `token_divisor` 
 tokens is a KV block of 8, the size the profile's attention was measured at), outputs capped at
 `max_output`, arrivals made `load` times as dense. Policies are ranked by mean TTFT, which every request
 counts, and the checks are batching's: the rankings agree (Kendall tau-b >= 0.8) and every policy's mean
-TTFT is within 25 % of the processes'. The rounds, the pairs the engine does not settle and the pricing as
-the jobs measured the machine are batching's too (targets/batching/validation.py says why each is there).
+TTFT is within 25 % of the processes'. The rounds and the pairs the engine does not settle are batching's
+too (targets/batching/validation.py says why each is there); the simulator is priced as fast as the
+engines ran, each job's engines' total pass time over the profile's price of the same passes: the rate
+at which the processes' clock ran (a median over passes would follow the many cheap decodes).
 """
 
 from __future__ import annotations
