@@ -22,7 +22,7 @@ from targets.base import Instance
 from targets.batching.compiled_scheduler import serve_priced
 from targets.batching.scheduler import Limits
 from targets.serving.fleet import Policies, replay
-from targets.serving.target import DEFAULT_SOURCE, DEFAULTS, HORIZON_S, ServingTarget, _compiled, fleet_of
+from targets.serving.target import DEFAULT_SOURCE, DEFAULTS, HORIZON_S, ServingTarget, compiled_keys, fleet_of
 from targets.serving.workload import requests_of, shipped_workload_path
 from verifiers.static import check
 
@@ -40,7 +40,7 @@ def main() -> None:
     requests, prefixes, _ = requests_of(workload, tuple(window) if window else None)
     loaded = requests.scaled(float(config["load"]))
     fleet, pricing = fleet_of(instance)
-    route, schedule, evict = _compiled(DEFAULT_SOURCE)
+    route, schedule, evict = compiled_keys(DEFAULT_SOURCE)
     none = np.zeros(0)
     policies = Policies(route, none, schedule, none, evict, none)
     slo = (float(config["ttft_slo_s"]), float(config["tbt_slo_s"]))

@@ -11,7 +11,7 @@ from targets.batching.kernels import cost_model
 from targets.batching.scheduler import Limits
 from targets.batching.trace import Requests
 from targets.serving.fleet import ROUND_ROBIN, Fleet, Policies, Prefixes, replay
-from targets.serving.target import DEFAULT_SOURCE, _compiled
+from targets.serving.target import DEFAULT_SOURCE, compiled_keys
 
 BT = 16
 SLO = (5.0, 0.5)
@@ -30,7 +30,7 @@ def keys(
         f"def priority(r, p):\n    return {priority}\n\n\n"
         f"def evict(b, p):\n    return {evict}\n"
     )
-    r, q, e = _compiled(source)
+    r, q, e = compiled_keys(source)
     return Policies(r, NONE, q, NONE, e, NONE)
 
 
@@ -173,4 +173,4 @@ def test_each_instance_evicts_the_lowest_score_first(evict: str, hits: tuple[int
 
 
 def test_the_default_policies_compile() -> None:
-    assert len(_compiled(DEFAULT_SOURCE)) == 3
+    assert len(compiled_keys(DEFAULT_SOURCE)) == 3
