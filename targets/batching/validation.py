@@ -53,6 +53,13 @@ if TYPE_CHECKING:
 PASSES_PROFILE = "cpu-2core-passes"
 """The default pricing: this machine idle with its forward passes timed whole (the engine runs passes, not
 operators one by one; `cpu-2core` predates timed passes and prices a pass as its operators alone)."""
+CHECKS = (
+    Check("kendall_tau", at_least=0.8),
+    Check("error_max", at_most=0.25),
+    Check("pairs_compared", at_least=0.5),
+)
+"""What an engine validation must show: the rankings agree, every policy's ranked figure within 25 %, and
+at least half of the pairs compared."""
 OPTIONS = (
     Option("requests", "str", "0:200", "slice of the trace, START:STOP"),
     Option("capacity", "int", 128, "KV capacity in blocks", low=1),
@@ -153,11 +160,7 @@ def validation_of(target: BatchingTarget) -> Validation:
         ),
         rank_by="mean TTFT ms",
         direction="minimize",
-        checks=(
-            Check("kendall_tau", at_least=0.8),
-            Check("error_max", at_most=0.25),
-            Check("pairs_compared", at_least=0.5),
-        ),
+        checks=CHECKS,
         requires=("torch",),
         calibrated=priced_as_measured,
     )

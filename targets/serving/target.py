@@ -416,7 +416,13 @@ def _on_processes(
     from targets.batching.kernels import PASSES_VS_PROFILE
     from targets.costmodel.shapes import MODELS
 
-    from .process_fleet import Setup, replay_on_processes
+    try:
+        from .process_fleet import Setup, replay_on_processes
+    except ImportError as exc:  # Docker's sandbox image holds the core packages and torch, not the router's
+        raise WorkloadError(
+            f"the fleet's processes need the router extra (starlette, uvicorn, httpx), which this sandbox "
+            f"lacks ({exc.name} is missing): run the validation with --sandbox process"
+        ) from None
 
     config = {**DEFAULTS, **instance.config}
     requests, prefixes, _ = _requests(instance)

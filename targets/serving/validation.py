@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from targets.base import Check, Compared, Instance, Option, OptionError, Validation, request_window
-from targets.batching.validation import PASSES_PROFILE, priced_as_measured
+from targets.base import Compared, Instance, Option, OptionError, Validation, request_window
+from targets.batching.validation import CHECKS, PASSES_PROFILE, priced_as_measured
 from targets.costmodel.model import PASS, SHIPPED, load_profile
 from targets.deployments.catalog import CPU
 
@@ -115,11 +115,7 @@ def validation_of(target: ServingTarget) -> Validation:
         ),
         rank_by="mean TTFT ms",
         direction="minimize",
-        checks=(
-            Check("kendall_tau", at_least=0.8),
-            Check("error_max", at_most=0.25),
-            Check("pairs_compared", at_least=0.5),
-        ),
+        checks=CHECKS,
         requires=("torch", "router"),
         calibrated=priced_as_measured,
     )
