@@ -1,9 +1,10 @@
 """Drives vLLM's real V1 Scheduler step by step on CPU; run by vLLM's own Python.
 
-Reads a JSON job on stdin: requests (id, arrival s, prompt and output tokens), the limits (KV blocks,
-block tokens, token budget, max sequences), the duration of a step, whether admission needs room for the
-whole prompt (vLLM's scheduler_reserve_full_isl, on by default) or only for its first chunk, and the
-scheduler: "fcfs" (vLLM's own) or an exported module's path (its Scheduler class, priority policy).
+Reads a JSON job on stdin: requests (id, arrival s, prompt and output tokens, and the prompt's token ids
+where given, else one token repeated), the limits (KV blocks, block tokens, token budget, max sequences),
+the duration of a step, whether admission needs room for the whole prompt (vLLM's
+scheduler_reserve_full_isl, on by default) or only for its first chunk, and the scheduler: "fcfs" (vLLM's
+own) or an exported module's path (its Scheduler class, priority policy).
 Each step schedules, then answers as a model runner would: one sampled token for every request whose
 scheduled tokens reach its end. Time advances by the step's duration, on a clock the exported class
 reads in place of time.time(). The model is a config.json written here (no weights, no tokenizer).
@@ -103,7 +104,7 @@ def main() -> None:
         while arrived < len(pending) and pending[arrived]["arrival"] <= now:
             r = pending[arrived]
             params = SamplingParams(max_tokens=r["output"], ignore_eos=True)
-            prompt = [7] * r["prompt"]
+            prompt = r.get("tokens") or [7] * r["prompt"]
             scheduler.add_request(Request(r["id"], prompt, params, None, arrival_time=r["arrival"]))
             arrived += 1
         if not scheduler.has_unfinished_requests():
