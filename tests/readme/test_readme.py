@@ -170,7 +170,7 @@ class Session:
             return
         name = words[words.index("--workload") + 1]
         path = self.folder / name
-        if name.startswith("gen:") or path.exists():
+        if ":" in name or path.exists():  # a generator or a named workload, as absolute_workload reads it
             return
         target = words[words.index("--target") + 1] if "--target" in words else targets.names()[0]
         shipped = Path(targets.load(target).default_config()["workload"]).read_text().splitlines(True)
