@@ -15,11 +15,12 @@ none of the candidate budget, but at most as many again as the budget are propos
 from __future__ import annotations
 
 import json
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import asdict
 from itertools import takewhile
 
@@ -142,6 +143,8 @@ class Search:
         """How many of `history` the program database holds."""
         self.best: float | None = None
         self.done = 0
+        self.deadline: float | None = None
+        """When the time budget ends, on `clock`; None without one."""
 
     @property
     def limits(self) -> Limits:
@@ -157,6 +160,7 @@ class Search:
 
     def _execute(self, pool: Executor) -> None:
         started = self.clock()
+        self.deadline = started + self.config.time_budget_s if self.config.time_budget_s else None
         self.journal.started()
         try:
             self._ensure_baselines(pool)
@@ -305,7 +309,8 @@ class Search:
 
         Each draws its island, parent and inspirations from its own view, in seq order. One at a time,
         each also sees the rejections of those before it; side by side (an LLM endpoint's concurrency),
-        all are drawn before any is written. These threads only wait on the proposer's calls.
+        all are drawn before any is written. Proposals are awaited, not joined (_awaited): a hanging call
+        holds neither an interrupt nor the time budget.
         """
         taken = {row.fingerprint for row in self.journal.candidates()}
         lock = threading.Lock()
@@ -313,17 +318,55 @@ class Search:
         if width <= 1:
             rows = []
             for seq in seqs:
-                row = self._propose(*self._draw(seq), taken, lock)
+                draw = self._draw(seq)
+                (row,) = self._awaited([lambda gone, draw=draw: self._propose(*draw, taken, lock, gone)])
                 if row is not None:
                     self.history.append(row)
                     rows.append(row)
             return rows
         draws = [self._draw(seq) for seq in seqs]
-        with ThreadPoolExecutor(max_workers=width) as threads:
-            written = list(threads.map(lambda draw: self._propose(*draw, taken, lock), draws))
+        written = self._awaited(
+            [lambda gone, draw=draw: self._propose(*draw, taken, lock, gone) for draw in draws], width
+        )
         rows = [row for row in written if row is not None]
         self.history.extend(rows)
         return rows
+
+    def _awaited(
+        self, calls: list[Callable[[threading.Event], CandidateRecord | None]], width: int = 1
+    ) -> list[CandidateRecord | None]:
+        """Run the calls in daemon threads, `width` at a time, and wait for them until the time budget
+        ends. An interrupt, or the end of the time budget, abandons those still out: their event is set,
+        so they record nothing when their call returns, and a daemon thread is never joined at exit, so
+        Ctrl-C ends the process at once however long an endpoint hangs. A call's error is raised here."""
+        gone = threading.Event()
+        answers: queue.SimpleQueue[tuple[int, CandidateRecord | None, BaseException | None]]
+        answers = queue.SimpleQueue()
+        slots = threading.Semaphore(width)
+
+        def run(k: int) -> None:
+            try:
+                with slots:
+                    answers.put((k, calls[k](gone), None))
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                answers.put((k, None, exc))
+
+        for k in range(len(calls)):
+            threading.Thread(target=run, args=(k,), daemon=True, name=f"proposal-{k}").start()
+        results: list[CandidateRecord | None] = [None] * len(calls)
+        try:
+            for _ in calls:
+                left = None if self.deadline is None else max(self.deadline - self.clock(), 0.0)
+                k, row, error = answers.get(timeout=left)
+                if error is not None:
+                    raise error
+                results[k] = row
+        except queue.Empty:  # the time budget ended with calls out: the run stops without them
+            gone.set()
+        except BaseException:
+            gone.set()
+            raise
+        return results
 
     def _draw(
         self, seq: int
@@ -342,11 +385,13 @@ class Search:
         failures: tuple[str, ...],
         taken: set[str],
         lock: threading.Lock,
+        gone: threading.Event,
     ) -> CandidateRecord | None:
-        """Propose until a new (unseen) program comes out, and record it before anything runs."""
+        """Propose until a new (unseen) program comes out, and record it before anything runs; nothing
+        once the call is abandoned (`gone`)."""
         island, parent, inspirations = drawn
         for attempt in range(20):
-            if self._cap_reached():
+            if gone.is_set() or self._cap_reached():
                 return None
             request = ProposalRequest(
                 target=brief(self.target, self.objective, self.signatures),
@@ -359,6 +404,8 @@ class Search:
             try:
                 proposal = self.proposer.propose(request)
             except ProposalFailed as exc:
+                if gone.is_set():
+                    return None
                 self.journal.log(
                     "proposal-failed",
                     str(exc),
@@ -368,6 +415,8 @@ class Search:
                     cost_usd=exc.cost_usd,
                 )
                 continue
+            if gone.is_set():
+                return None
             mark = fingerprint(proposal.source)
             with lock:
                 duplicate = mark in taken

@@ -12,9 +12,14 @@ import contextlib
 import io
 import itertools
 import json
+import os
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -509,3 +514,53 @@ def test_a_request_over_the_context_fails_its_proposal_not_the_run(tmp_path: Pat
     failures = [message for message, _, _, _ in failed_proposals(tmp_path / "runs.db")]
     assert len(failures) == 1 and failures[0].startswith("too-long: alpha refused the request: This model's")
     assert llm.received[0].body["max_tokens"] == 512
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_ctrl_c_during_hanging_proposals_ends_the_run_at_once(tmp_path: Path, concurrency: str) -> None:
+    """Interrupted while every call hangs (a busy local server), the run stops within 5 s, exit 130, with
+    the command that resumes it; nothing waits for the calls' timeouts."""
+    with ScriptedLLM([], lambda body: Reply(hang_s=120.0)) as llm:
+        db = tmp_path / "runs.db"
+        words = [
+            str(Path(sys.executable).with_name("crucible")), "search", "--target", "batching-offline",
+            "--workload", "gen:300:0", "--trials", "1", "--workers", concurrency, "--proposer", "llm",
+            "--base-url", llm.url, "--model", "alpha", "--llm-timeout", "100",
+            "--llm-concurrency", concurrency, "--db", f"sqlite:///{db}", "--budget", "4",
+        ]  # fmt: skip
+        env = {**os.environ, "OPENAI_API_KEY": "unused"}
+        run = subprocess.Popen(words, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        wanted = int(concurrency)
+        while len(llm.received) < wanted and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(llm.received) >= wanted, "the calls are in flight"
+        interrupted = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        try:
+            _, err = run.communicate(timeout=30)
+        finally:
+            run.kill()
+        took = time.monotonic() - interrupted
+    assert run.returncode == 130, err
+    assert took < 5.0, f"took {took:.1f} s to stop"
+    assert "resume with: crucible search --resume" in err.strip().splitlines()[-1]
+    assert "Traceback" not in err
+
+
+def test_the_time_budget_holds_while_a_proposal_hangs(tmp_path: Path) -> None:
+    """A call that would hang for 100 s is abandoned when the time budget ends: the run stops on time
+    and records nothing of it."""
+    with ScriptedLLM([], lambda body: Reply(hang_s=120.0)) as llm:
+        started = time.monotonic()
+        done = crucible(
+            "search", "--target", "batching-offline", "--workload", "gen:300:0", "--trials", "1",
+            "--proposer", "llm", "--base-url", llm.url, "--model", "alpha", "--llm-timeout", "100",
+            "--time-budget", "6", "--budget", "4", "--db", f"sqlite:///{tmp_path / 'runs.db'}", "--json",
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["status"] == "stopped"
+    assert took < 6 + 15, f"took {took:.0f} s"
+    assert llm.received, "a call was out when the budget ended"
+    assert failed_proposals(tmp_path / "runs.db") == []
