@@ -427,6 +427,8 @@ class Search:
                     f"the same program as an earlier candidate (parent {parent.name})",
                     proposer=proposal.proposer,
                     model=proposal.model,
+                    tokens=proposal.tokens,
+                    cost_usd=proposal.cost_usd,
                 )
                 continue
             row = CandidateRecord(

@@ -80,9 +80,12 @@ class ScriptedLLM:
         fallback: Callable[[dict[str, Any]], Reply],
         port: int = 0,
         key: str | None = None,
+        models: tuple[str, ...] = (),
     ) -> None:
         self.script = list(script)
         self.key = key
+        self.models = models
+        """What GET /v1/models lists (none: an empty list, as a server that serves any name may give)."""
         """When set, any other bearer token is answered 401, as OpenAI does."""
         self.fallback = fallback
         self.received: list[Received] = []
@@ -130,7 +133,10 @@ class ScriptedLLM:
             def do_GET(self) -> None:
                 if self._rejected():
                     return
-                self._send(200, json.dumps({"object": "list", "data": []}).encode(), {})
+                listed = [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in llm.models
+                ]
+                self._send(200, json.dumps({"object": "list", "data": listed}).encode(), {})
 
             def _rejected(self) -> bool:
                 if llm.key is None or self.headers.get("authorization") == f"Bearer {llm.key}":

@@ -105,9 +105,10 @@ class LLMProposer:
         )
 
     def check(self) -> None:
-        """Fail fast, before any work, when the endpoint cannot be reached or rejects the key."""
+        """Fail fast, before any work, when the endpoint cannot be reached, rejects the key, or lists its
+        models and the run's are not among them."""
         try:
-            self.client.models.list()
+            served = [m.id for m in self.client.models.list()]
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ProposerUnavailable(self._rejected(exc)) from None
         except openai.APITimeoutError:
@@ -116,8 +117,14 @@ class LLMProposer:
             raise ProposerUnavailable(
                 f"cannot reach the LLM endpoint {self.config.endpoint}: {_cause(exc)}"
             ) from None
-        except (openai.APIError, ValueError):
+        except (openai.APIError, ValueError, AttributeError, TypeError):
             return  # a server without a model list may still serve chat completions
+        unknown = [m.name for m in self.config.models if served and m.name not in served]
+        if unknown:  # a typo a server that accepts any name would never report
+            listed = ", ".join(served[:8]) + (f" and {len(served) - 8} more" if len(served) > 8 else "")
+            raise ProposerUnavailable(
+                f"{self.config.endpoint} serves no model {unknown[0]!r} (it serves {listed}); check --model"
+            )
 
     def _rejected(self, exc: openai.APIStatusError) -> str:
         return (

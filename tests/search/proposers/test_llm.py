@@ -564,3 +564,25 @@ def test_the_time_budget_holds_while_a_proposal_hangs(tmp_path: Path) -> None:
     assert took < 6 + 15, f"took {took:.0f} s"
     assert llm.received, "a call was out when the budget ended"
     assert failed_proposals(tmp_path / "runs.db") == []
+
+
+def test_a_duplicate_reply_still_counts_its_tokens(tmp_path: Path) -> None:
+    with ScriptedLLM([], lambda body: Reply(program(0))) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "2")
+    assert done.code == 0, done.err
+    assert len(llm.delivered) > 1, "the same program came back, and was asked for again"
+    assert json.loads(done.out)["tokens"] == sum(p + c for _, p, c in llm.delivered)
+
+
+def test_a_model_the_endpoint_does_not_list_ends_in_one_line_before_anything_is_stored(
+    tmp_path: Path,
+) -> None:
+    with ScriptedLLM([], lambda body: Reply(program(0)), models=("qwen2.5-coder-0.5b",)) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "qwen2.5-coder-05b", "--budget", "2")
+        listed = llm_search(llm, tmp_path / "other.db", "--model", "qwen2.5-coder-0.5b", "--budget", "1")
+    assert done.code == 1, done.err
+    assert "serves no model 'qwen2.5-coder-05b' (it serves qwen2.5-coder-0.5b)" in done.last_line
+    assert not (tmp_path / "runs.db").exists() or rows(tmp_path / "runs.db", "select count(*) from run") == [
+        (0,)
+    ]
+    assert listed.code == 0, listed.err
