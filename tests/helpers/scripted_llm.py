@@ -28,6 +28,8 @@ class Reply:
     hang_s: float = 0.0
     """Wait this long, then close the connection without an answer."""
     delay_s: float = 0.0
+    gap_s: float = 0.0
+    """Streamed, wait this long before each chunk (a slow model writing)."""
     prompt_tokens: int = 100
     completion_tokens: int = 20
     headers: dict[str, str] = field(default_factory=dict)
@@ -177,6 +179,9 @@ class ScriptedLLM:
                     return
                 time.sleep(reply.delay_s)
                 data = reply.body
+                if data is None and body.get("stream"):
+                    self._stream(body, reply)
+                    return
                 if data is None:
                     data = json.dumps(
                         {
@@ -201,5 +206,38 @@ class ScriptedLLM:
                     with llm.lock:
                         llm.delivered.append((body["model"], reply.prompt_tokens, reply.completion_tokens))
                 self._send(reply.status, data, reply.headers)
+
+            def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+                """The reply as server-sent events, a few characters a chunk, as OpenAI streams one; its
+                usage in a last chunk where the request asks for it (stream_options.include_usage)."""
+                content = reply.content or ""
+                pieces = [content[i : i + 16] for i in range(0, len(content), 16)] or [""]
+                chunks = [
+                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": p}}]} for p in pieces
+                ]
+                chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    usage = {
+                        "prompt_tokens": reply.prompt_tokens,
+                        "completion_tokens": reply.completion_tokens,
+                        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                    }
+                    chunks.append({"choices": [], "usage": usage})
+                self.send_response(reply.status)
+                self.send_header("content-type", "text/event-stream")
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                for chunk in chunks:
+                    time.sleep(reply.gap_s)
+                    event = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0}
+                    line = json.dumps({**event, "model": body["model"], **chunk})
+                    self.wfile.write(f"data: {line}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+                with llm.lock:
+                    llm.delivered.append((body["model"], reply.prompt_tokens, reply.completion_tokens))
 
         return Handler

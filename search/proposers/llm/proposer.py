@@ -3,10 +3,12 @@
 One proposal is one chat call, plus up to `repairs` repair turns in the same conversation while the reply
 does not parse, does not apply to the parent, or falls outside the static checker's subset (the turn quotes
 the checker's message; a program still outside it after the last turn goes on to be rejected and stored
-as such). Timeouts and retries of 408/409/429/5xx and lost connections are the `openai` client's own
-(`timeout`, `max_retries`). What then still fails is classified in one line: `rate-limited`,
-`server-error`, `timeout`, `too-long` (a conversation over the model's context) and `bad-response` (a body
-that is not a chat completion) fail this proposal only; an endpoint that cannot be reached, a rejected key,
+as such). Replies are streamed, so the timeout bounds silence (the wait for the first token, or between
+two), not the length of a reply a slow model keeps writing; retries of 408/409/429/5xx, lost connections
+and a first token that never comes are the `openai` client's own (`timeout`, `max_retries`). What then
+still fails is classified in one line: `rate-limited`, `server-error`, `timeout`, `too-long` (a
+conversation over the model's context) and `bad-response` (a body that is not a chat completion) fail this
+proposal only; an endpoint that cannot be reached, a rejected key,
 an unknown model or a refused request raise `ProposerUnavailable`, which stops the run resumably. The
 tokens of every reply come from its `usage`, priced by the configured table (USD per million prompt and
 completion tokens), and travel with the proposal or with its failure.
@@ -19,6 +21,7 @@ import random
 import re
 from typing import Any
 
+import httpx
 import openai
 
 from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
@@ -67,8 +70,6 @@ class LLMProposer:
                     str(exc), proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost
                 ) from None
             used += usage
-            if reply is None:
-                raise failed(f"bad-response: {model}'s reply holds no chat message{during}")
             return reply
 
         turn = list(messages)
@@ -132,8 +133,8 @@ class LLMProposer:
             f"set {self.config.api_key_env} to a valid key"
         )
 
-    def _complete(self, model: str, messages: list[dict[str, str]], seed: int) -> tuple[str | None, Usage]:
-        """The reply's text (None if the body is no chat completion) and its usage; failures classified."""
+    def _complete(self, model: str, messages: list[dict[str, str]], seed: int) -> tuple[str, Usage]:
+        """The reply's text and its usage, streamed (_read); failures classified."""
         options: dict[str, Any] = {}
         if self.config.temperature is not None:
             options["temperature"] = self.config.temperature
@@ -141,12 +142,15 @@ class LLMProposer:
             options["max_tokens"] = self.config.max_tokens
         endpoint, retries = self.config.endpoint, _plural(self.config.retries, "retry", "retries")
         try:
-            response = self.client.chat.completions.create(
+            stream = self.client.chat.completions.create(
                 model=model,
                 messages=messages,  # type: ignore[arg-type]
                 seed=seed,
+                stream=True,
+                stream_options={"include_usage": True},
                 **options,
             )
+            return _read(stream, model, self.config.timeout_s)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ProposerUnavailable(self._rejected(exc)) from None
         except openai.NotFoundError as exc:
@@ -180,7 +184,6 @@ class LLMProposer:
             raise ProposalFailed(
                 f"bad-response: {model}'s reply is not a chat completion: {_one_line(exc)}"
             ) from None
-        return _content(response), _usage(getattr(response, "usage", None))
 
 
 _OVER_CONTEXT = re.compile(r"context (length|size|window)|too long|too many tokens|n_ctx", re.IGNORECASE)
@@ -194,12 +197,31 @@ def _over_context(exc: openai.APIStatusError) -> bool:
     return _code(exc) == "context_length_exceeded" or bool(_OVER_CONTEXT.search(_detail(exc)))
 
 
-def _content(response: Any) -> str | None:
+def _read(stream: Any, model: str, timeout_s: float) -> tuple[str, Usage]:
+    """The streamed reply's text and usage. Streamed, a slow model that keeps writing never times out (the
+    timeout bounds silence: the wait for the first token, or between two), and a call given up closes its
+    stream, which stops the server's generation. A server that reports no usage is counted a token a
+    chunk, its prompt not at all."""
+    text, chunks, usage = [], 0, None
     try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return None
-    return content if isinstance(content, str) else ""
+        with stream:
+            for chunk in stream:
+                chunks += 1
+                usage = getattr(chunk, "usage", None) or usage
+                for choice in getattr(chunk, "choices", None) or ():
+                    piece = getattr(getattr(choice, "delta", None), "content", None)
+                    if isinstance(piece, str):
+                        text.append(piece)
+    except httpx.TimeoutException:
+        raise ProposalFailed(f"timeout: {model} fell silent for {timeout_s:g} s mid-reply") from None
+    except (httpx.TransportError, openai.APIError) as exc:
+        raise ProposalFailed(f"server-error: {model}'s reply broke off: {_one_line(exc)}") from None
+    if chunks == 0:
+        raise ProposalFailed(
+            f"bad-response: {model}'s reply is not a chat completion: no event in the stream"
+        )
+    counted = _usage(usage) if usage is not None else Usage(0, len(text))
+    return "".join(text), counted
 
 
 def _usage(usage: Any) -> Usage:

@@ -586,3 +586,15 @@ def test_a_model_the_endpoint_does_not_list_ends_in_one_line_before_anything_is_
         (0,)
     ]
     assert listed.code == 0, listed.err
+
+
+def test_a_slow_model_that_keeps_writing_is_not_timed_out(tmp_path: Path) -> None:
+    """Streamed, the 1 s timeout bounds silence: a reply that takes several seconds a chunk at a time
+    arrives whole, where a timeout on the whole reply would have dropped it."""
+    numbers = itertools.count()
+    with ScriptedLLM([], lambda body: Reply(program(next(numbers)), gap_s=0.15)) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "1")
+    assert done.code == 0, done.err
+    assert failed_proposals(tmp_path / "runs.db") == []
+    assert len(candidates(tmp_path / "runs.db")) == 1
+    assert llm.received[0].body["stream"] is True
