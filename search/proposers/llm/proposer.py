@@ -200,7 +200,7 @@ def _over_context(exc: openai.APIStatusError) -> bool:
 def _read(stream: Any, model: str, timeout_s: float) -> tuple[str, Usage]:
     """The streamed reply's text and usage. Streamed, a slow model that keeps writing never times out (the
     timeout bounds silence: the wait for the first token, or between two), and a call given up closes its
-    stream, which stops the server's generation. A server that reports no usage is counted a token a
+    stream, which tells the server to stop generating. A server that reports no usage is counted a token a
     chunk, its prompt not at all."""
     text, chunks, usage = [], 0, None
     try:
