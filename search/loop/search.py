@@ -400,6 +400,7 @@ class Search:
                 failures=failures,
                 seed=rng.randrange(2**31) + attempt,
                 repeated=self._repeated(seq, parent.candidate_id),
+                taken=frozenset(taken),
             )
             try:
                 proposal = self.proposer.propose(request)

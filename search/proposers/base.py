@@ -49,6 +49,8 @@ class ProposalRequest:
     seed: int
     repeated: tuple[str, ...] = ()
     """The notes of the parent's children that behaved as an earlier program (changes not to make again)."""
+    taken: frozenset[str] = frozenset()
+    """The fingerprints of the run's programs so far: a proposer that can ask again may refuse a copy."""
 
 
 @dataclass(frozen=True)

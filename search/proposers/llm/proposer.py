@@ -1,17 +1,18 @@
 """The LLM proposer: an OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama) writes candidates.
 
 One proposal is one chat call, plus up to `repairs` repair turns in the same conversation while the reply
-does not parse, does not apply to the parent, or falls outside the static checker's subset (the turn quotes
+does not parse, does not apply to the parent, falls outside the static checker's subset (the turn quotes
 the checker's message; a program still outside it after the last turn goes on to be rejected and stored
-as such). Replies are streamed, so the timeout bounds silence (the wait for the first token, or between
-two), not the length of a reply a slow model keeps writing; retries of 408/409/429/5xx, lost connections
-and a first token that never comes are the `openai` client's own (`timeout`, `max_retries`). What then
-still fails is classified in one line: `rate-limited`, `server-error`, `timeout`, `too-long` (a
-conversation over the model's context) and `bad-response` (a body that is not a chat completion) fail this
-proposal only; an endpoint that cannot be reached, a rejected key,
-an unknown model or a refused request raise `ProposerUnavailable`, which stops the run resumably. The
-tokens of every reply come from its `usage`, priced by the configured table (USD per million prompt and
-completion tokens), and travel with the proposal or with its failure.
+as such), or repeats a program the search has (a copy after the last turn is the loop's duplicate).
+Replies are streamed, so the timeout bounds silence (the wait for the first token, or between two), not
+the length of a reply a slow model keeps writing; retries of 408/409/429/5xx, lost connections and a
+first token that never comes are the `openai` client's own (`timeout`, `max_retries`). What then still
+fails is classified in one line: `rate-limited`, `server-error`, `timeout`, `too-long` (a conversation
+over the model's context) and `bad-response` (a body that is not a chat completion) fail this proposal
+only; an endpoint that cannot be reached, a rejected key, an unknown model or a refused request raise
+`ProposerUnavailable`, which stops the run resumably. The tokens of every reply come from its `usage`,
+priced by the configured table (USD per million prompt and completion tokens), and travel with the
+proposal or with its failure.
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, Pro
 from search.proposers.llm.config import LLMConfig, Usage
 from search.proposers.llm.edits import Edit, EditError, apply_reply
 from search.proposers.llm.prompting import Templates
+from verifiers.fingerprint import fingerprint
 from verifiers.static import StaticError, check
 
 _DETAIL_CHARS = 200
+_DUPLICATE = (
+    "it is the same program as one the search already has (only its docstring or comments differ); write "
+    "one that ranks differently"
+)
 
 
 class LLMProposer:
@@ -79,7 +85,9 @@ class LLMProposer:
             try:
                 edit = apply_reply(reply, request.parent.source, functions)
                 check(edit.source, request.target.signatures)
-                break
+                if fingerprint(edit.source) not in request.taken:
+                    break
+                kind, message, usable = "duplicate", _DUPLICATE, edit
             except EditError as exc:
                 kind, message, usable = exc.kind, str(exc), None
             except StaticError as exc:

@@ -598,3 +598,15 @@ def test_a_slow_model_that_keeps_writing_is_not_timed_out(tmp_path: Path) -> Non
     assert failed_proposals(tmp_path / "runs.db") == []
     assert len(candidates(tmp_path / "runs.db")) == 1
     assert llm.received[0].body["stream"] is True
+
+
+def test_a_copy_of_an_existing_program_gets_a_repair_turn_asking_for_another(tmp_path: Path) -> None:
+    script = [Reply(program(0)), Reply(program(0)), Reply(program(1))]
+    with ScriptedLLM(script, lambda body: Reply(program(2))) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "2", "--workers", "1")
+    assert done.code == 0, done.err
+    repair = llm.received[2]
+    assert "the same program as one the search already has" in repair.prompt
+    assert [m["role"] for m in repair.body["messages"]][-2:] == ["assistant", "user"]
+    notes = [n for (n,) in rows(tmp_path / "runs.db", "select note from candidate where proposer = 'llm'")]
+    assert any("repaired after duplicate" in n for n in notes), notes
