@@ -5,6 +5,7 @@ work hands over plain data, and the rows are written here, never by the work its
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,7 +131,8 @@ def record_study(store: Store, study: Study) -> str:
 
 
 def _study_run(store: Store, study: Study) -> str:
-    """The study's run (kind tune, the study's name its subject, in the same storage); made on first use."""
+    """The study's run (kind tune, the study's name its subject, in the same storage); made on first use,
+    its id a hash of the two."""
     for run in store.runs(kind="tune", subject=study.name):
         if json.loads(run.config).get("tune", {}).get("storage") == study.storage:
             return run.id
@@ -141,8 +143,15 @@ def _study_run(store: Store, study: Study) -> str:
         "objectives": study.objectives,
         "knobs": study.knobs,
     }
-    run = store.create_run(study.target, {**study.config, "tune": tune}, kind="tune", subject=study.name)
-    return run.id
+    made = hashlib.sha256(f"tune\0{study.name}\0{study.storage}".encode()).hexdigest()[:10]
+    try:  # the same id in every process, so two that record the study at once make one run
+        return store.create_run(
+            study.target, {**study.config, "tune": tune}, kind="tune", subject=study.name, run_id=made
+        ).id
+    except StoreError:
+        if store.run(made) is None:
+            raise
+        return made
 
 
 def _add(store: Store, row: Candidate) -> Candidate | None:

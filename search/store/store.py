@@ -93,9 +93,12 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {_reason(exc)}") from None
 
-    def create_run(self, target: str, config: dict[str, Any], kind: str = "search", subject: str = "") -> Run:
+    def create_run(
+        self, target: str, config: dict[str, Any], kind: str = "search", subject: str = "", run_id: str = ""
+    ) -> Run:
+        """A new run, with a fresh id unless one is given (StoreError if a run has it already)."""
         text = json.dumps(config, sort_keys=True)
-        run = Run(id=uuid.uuid4().hex[:10], target=target, config=text, kind=kind, subject=subject)
+        run = Run(id=run_id or uuid.uuid4().hex[:10], target=target, config=text, kind=kind, subject=subject)
         return self._add(run)
 
     def _add(self, row: Any) -> Any:

@@ -59,6 +59,11 @@ class Pricing:
         args = (self.linear, self.head, self.prefill, self.decode, self.layers, self.width, *self.floor)
         return float(price(starts, tokens, tokens.size, *args, np.zeros(tokens.size)))
 
+    def chunks_ms(self, tokens: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        """Each prefill chunk's attention, ms over all layers: `tokens[i]` queries after `cached[i]` keys."""
+        q, ctx = np.asarray(tokens, dtype=np.float64), np.asarray(cached, dtype=np.float64)
+        return self.layers * _attn_prefill(self.prefill, self.width, q, ctx)
+
     def shape(self) -> np.ndarray:
         """The scalars the compiled loop reads: layers, query width, and the floor's two coefficients."""
         return np.array([self.layers, self.width, *self.floor])

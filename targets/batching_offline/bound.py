@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from targets.batching.compiled_scheduler import Pricing, _attn_prefill
+from targets.batching.compiled_scheduler import Pricing
 
 from .batch import Batch
 
@@ -35,7 +35,7 @@ def lower_bound_s(batch: Batch, pricing: Pricing) -> float:
     tokens = float(np.sum(prompt - hit) + np.sum(output - 1) + _shared_once(batch, hit))
     keys = float(np.sum((output - 1) * prompt + output * (output - 1) / 2))
     decode = pricing.layers * pricing.width * keys * float(pricing.decode[2])
-    chunks = pricing.layers * _attn_prefill(pricing.prefill, pricing.width, prompt - hit, hit)
+    chunks = pricing.chunks_ms(prompt - hit, hit)
     ms = tokens * per_token + float(np.sum(output)) * per_row + decode + float(np.sum(chunks))
     return ms / 1e3
 
