@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("search.cli.ui", "open the web UI (Streamlit) on a store: watch, inspect, compare, launch"),
     "tune": ("search.cli.tune", "tune a policy's PARAMS and the mechanism's knobs with Optuna (no proposer)"),
     "ci": ("search.cli.ci", "re-check champions, gate regressions, search seeded with them, write reports"),
+    "llm": ("search.cli.llm", "serve a local open-weights model for --proposer llm (llama.cpp, no key)"),
     "export": (
         "search.cli.export",
         "write a heuristic file as a module an inference engine loads (SGLang, vLLM)",
