@@ -10,8 +10,7 @@ that passed the static checker at once and after repair turns, that passed Z3 an
 parent, the best score, and seconds and tokens per proposal. A 0.5B model on 2 cores is a floor, not a
 ceiling: the same commands take a larger local model or a hosted one (`--base-url`, `--model`).
 `--quick`: kv only, the LLM and the offline proposer, budget 2. Needs `bash .ci/llm-local` (the llm_local
-environment): without it, it says
-so in one line and exits 3.
+environment): without it, it says so in one line and exits 3.
 """
 
 from __future__ import annotations
