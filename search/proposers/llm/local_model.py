@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from search.errors import UserError
 
@@ -74,6 +76,7 @@ class LocalServer:
         self.port = port or _free_port()
         self.context = context
         self.process: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -86,12 +89,14 @@ class LocalServer:
             "--chat_format", self.model.chat_format, "--n_ctx", str(self.context), "--host", "127.0.0.1",
             "--port", str(self.port),
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's chatter, closed by stop()
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                said = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
-                last = said.strip().splitlines()[-1] if said.strip() else f"exit {self.process.returncode}"
+                self.log.seek(0)
+                said = self.log.read().decode(errors="replace").strip()
+                last = said.splitlines()[-1] if said else f"exit {self.process.returncode}"
                 raise UserError(f"the llama.cpp server for {self.name} stopped: {last}")
             if self._ready():
                 return self
@@ -108,14 +113,15 @@ class LocalServer:
 
     def stop(self) -> None:
         """Stop the server: asked first, then killed after 10 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.log is not None:
+            self.log.close()
 
     def __enter__(self) -> LocalServer:
         return self.start()
