@@ -363,44 +363,16 @@ def run_batch(
     columns) is copied, since the loop counts preemptions in it. With `record`, every decision is kept
     (rows of DECISION_COLUMNS), for comparing schedulers."""
     n = int(prompt.size)
-    room = 4 * n + 1024 if record else 0
-    while True:
-        ran, needed = _ran(
-            key, params, features, prompt, output, offsets, units, machine, pricing, horizon_s, room
-        )
-        if not record or needed <= room:
-            return ran
-        room = needed  # the run is deterministic: again, with room for every row
-
-
-def _ran(
-    key: Callable[..., float],
-    params: np.ndarray,
-    features: np.ndarray,
-    prompt: np.ndarray,
-    output: np.ndarray,
-    offsets: np.ndarray,
-    units: np.ndarray,
-    machine: Machine,
-    pricing: Pricing,
-    horizon_s: float,
-    room: int,
-) -> tuple[Ran, int]:
-    n = int(prompt.size)
     if pricing.linear.size <= machine.token_budget or pricing.head.size <= min(machine.max_seqs, n):
         raise ValueError("the pricing tables are smaller than the machine's token budget or batch cap")
-    first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    totals = np.zeros(_N_TOTALS)
-    log = np.zeros((room, len(DECISION_COLUMNS)), dtype=np.int64)
     settings = np.array(
         [machine.kv_blocks, machine.block_tokens, machine.token_budget, machine.max_seqs,
          int(machine.admit_whole_prompt), machine.unit_tokens],
         dtype=np.int64,
     )  # fmt: skip
-    compiled_run()(
+    fixed = (
         CompiledKey(key),
         np.ascontiguousarray(params, dtype=np.float64),
-        np.array(features, dtype=np.float64, order="C"),
         np.ascontiguousarray(prompt, dtype=np.int64),
         np.ascontiguousarray(output, dtype=np.int64),
         np.ascontiguousarray(offsets, dtype=np.int64),
@@ -413,17 +385,21 @@ def _ran(
         pricing.prefill,
         pricing.decode,
         pricing.shape(),
-        first,
-        finish,
-        totals,
-        log,
     )
-    if totals[_STUCK]:
-        raise BatchStuck("the batch is stuck: sequences left, none schedulable")
-    needed = int(totals[_LOGGED])
-    ran = Ran(
-        first, finish, int(totals[_ITERATIONS]), float(totals[_END]), int(totals[_PREEMPTIONS]),
-        int(totals[_RECOMPUTED]), int(totals[_PEAK_BLOCKS]), int(totals[_HIT_TOKENS]),
-        int(totals[_UNFINISHED]), log[: min(needed, room)],
-    )  # fmt: skip
-    return ran, needed
+    room = 4 * n + 1024 if record else 0
+    while True:
+        first, finish = np.full(n, np.nan), np.full(n, np.nan)
+        totals = np.zeros(_N_TOTALS)
+        log = np.zeros((room, len(DECISION_COLUMNS)), dtype=np.int64)
+        X = np.array(features, dtype=np.float64, order="C")  # a copy: the loop counts preemptions in it
+        compiled_run()(*fixed[:2], X, *fixed[2:], first, finish, totals, log)
+        if totals[_STUCK]:
+            raise BatchStuck("the batch is stuck: sequences left, none schedulable")
+        needed = int(totals[_LOGGED])
+        if not record or needed <= room:
+            return Ran(
+                first, finish, int(totals[_ITERATIONS]), float(totals[_END]), int(totals[_PREEMPTIONS]),
+                int(totals[_RECOMPUTED]), int(totals[_PEAK_BLOCKS]), int(totals[_HIT_TOKENS]),
+                int(totals[_UNFINISHED]), log[:needed],
+            )  # fmt: skip
+        room = needed  # the run is deterministic: again, with room for every row

@@ -192,8 +192,6 @@ def configured(config: Mapping[str, Any]) -> dict[str, Any]:
     """The options with the deployment's vLLM defaults filled in where unset."""
     filled = {o.name: o.default for o in OPTIONS if o.default is not None} | dict(config)
     budget, seqs = vllm_offline_defaults(str(filled["deployment"]))
-    filled.setdefault("token_budget", budget)
-    filled.setdefault("max_seqs", seqs)
     if filled.get("token_budget") is None:
         filled["token_budget"] = budget
     if filled.get("max_seqs") is None:
@@ -202,9 +200,15 @@ def configured(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def instance_batch(instance: Instance) -> Batch:
-    batch = load_batch(instance.workload)
     cut = instance.config.get("sequences")
-    return batch.head(int(cut)) if cut else batch
+    return _batch(instance.workload, int(cut) if cut else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _batch(workload: str, cut: int | None) -> Batch:
+    """One object per shape of a batch, so its features and bound are computed once per process."""
+    batch = load_batch(workload)
+    return batch.head(cut) if cut else batch
 
 
 def machine_of(batch: Batch, config: Mapping[str, Any], budget: float | None, seqs: float | None) -> Machine:
@@ -241,7 +245,7 @@ def _metrics(
     bound = _bound(batch, on)
     try:
         ran = run_batch(
-            key, params, batch.features(), batch.prompt, batch.output, batch.offsets, batch.units, machine,
+            key, params, _features(batch), batch.prompt, batch.output, batch.offsets, batch.units, machine,
             _pricing(on, machine.token_budget, machine.max_seqs), horizon_s=HORIZON * bound,
         )  # fmt: skip
     except BatchStuck as exc:
@@ -276,6 +280,12 @@ def batch_metrics(batch: Batch, machine: Machine, ran: Ran, bound: float) -> dic
 @functools.lru_cache(maxsize=8)
 def _pricing(on: str, budget: int, seqs: int) -> Pricing:
     return Pricing.of(cost_model(on=on), budget, seqs)
+
+
+@functools.lru_cache(maxsize=8)
+def _features(batch: Batch) -> np.ndarray:
+    """The batch's feature rows (the loop works on a copy)."""
+    return batch.features()
 
 
 @functools.lru_cache(maxsize=8)

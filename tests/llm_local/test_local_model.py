@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from interrupt import interrupted
 
 from search.errors import UserError
 from search.proposers.llm.local_model import LocalServer
@@ -81,15 +81,8 @@ def test_ctrl_c_during_a_local_models_reply_ends_the_run_at_once(server: LocalSe
         "--proposer", "llm", "--base-url", server.url, "--model", MODEL, "--llm-concurrency", "1",
         "--budget", "4", "--db", f"sqlite:///{tmp_path / 'runs.db'}",
     ]  # fmt: skip
-    env = {**os.environ, "OPENAI_API_KEY": "local"}
-    run = subprocess.Popen(words, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(20)  # past the baselines: the model is reading the prompt or writing
-    interrupted = time.monotonic()
-    run.send_signal(signal.SIGINT)
-    try:
-        _, err = run.communicate(timeout=30)
-    finally:
-        run.kill()
-    assert run.returncode == 130, err
-    assert time.monotonic() - interrupted < 5.0
-    assert "resume with: crucible search --resume" in err.strip().splitlines()[-1]
+    started = time.monotonic()
+    stop = interrupted(words, lambda: time.monotonic() - started > 20)  # the model reads or writes by then
+    assert stop.code == 130, stop.err
+    assert stop.took_s < 5.0
+    assert "resume with: crucible search --resume" in stop.err.strip().splitlines()[-1]

@@ -12,11 +12,8 @@ import contextlib
 import io
 import itertools
 import json
-import os
-import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from interrupt import interrupted
 from scripted_llm import Received, Reply, ScriptedLLM, error, parent_source, program
 
 from search.cli.main import main
@@ -528,24 +526,13 @@ def test_ctrl_c_during_hanging_proposals_ends_the_run_at_once(tmp_path: Path, co
             "--base-url", llm.url, "--model", "alpha", "--llm-timeout", "100",
             "--llm-concurrency", concurrency, "--db", f"sqlite:///{db}", "--budget", "4",
         ]  # fmt: skip
-        env = {**os.environ, "OPENAI_API_KEY": "unused"}
-        run = subprocess.Popen(words, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        deadline = time.monotonic() + 120
         wanted = int(concurrency)
-        while len(llm.received) < wanted and time.monotonic() < deadline:
-            time.sleep(0.2)
+        stop = interrupted(words, lambda: len(llm.received) >= wanted)
         assert len(llm.received) >= wanted, "the calls are in flight"
-        interrupted = time.monotonic()
-        run.send_signal(signal.SIGINT)
-        try:
-            _, err = run.communicate(timeout=30)
-        finally:
-            run.kill()
-        took = time.monotonic() - interrupted
-    assert run.returncode == 130, err
-    assert took < 5.0, f"took {took:.1f} s to stop"
-    assert "resume with: crucible search --resume" in err.strip().splitlines()[-1]
-    assert "Traceback" not in err
+    assert stop.code == 130, stop.err
+    assert stop.took_s < 5.0, f"took {stop.took_s:.1f} s to stop"
+    assert "resume with: crucible search --resume" in stop.err.strip().splitlines()[-1]
+    assert "Traceback" not in stop.err
 
 
 def test_the_time_budget_holds_while_a_proposal_hangs(tmp_path: Path) -> None:
