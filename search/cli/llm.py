@@ -27,6 +27,11 @@ def add_parser(sub: Any, name: str, help_text: str) -> None:
     s.set_defaults(handler=run)
 
 
+REPLY_TOKENS = 800
+"""What a reply is allowed beside the prompt in the served context: a program of the subset with a few
+lines of prose is 300 to 700 tokens of Qwen2.5's."""
+
+
 def run(args: argparse.Namespace) -> None:
     from search.errors import UserError
     from search.proposers.llm.local_model import LocalServer
@@ -35,7 +40,10 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--port takes 0 to 65535 (0: a free one), --context 512 to 131072 tokens")
     server = LocalServer(args.model, args.port, args.context)
     with server:
-        use = f"--proposer llm --base-url {server.url} --model {args.model} --llm-concurrency 1"
+        use = (
+            f"--proposer llm --base-url {server.url} --model {args.model} --llm-concurrency 1 "
+            f"--llm-context {args.context} --llm-max-tokens {REPLY_TOKENS}"
+        )
         if args.json:
             print(json.dumps({"model": args.model, "base_url": server.url, "use": use}), flush=True)
         else:

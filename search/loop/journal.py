@@ -32,6 +32,8 @@ class CandidateRecord:
     note: str = ""
     tokens: int = 0
     cost_usd: float = 0.0
+    proposal: str = "{}"
+    """How it was proposed, as JSON (search.proposers.base.Exchange and the seconds it took)."""
     status: str = "pending"
     """pending | evaluated | gated | duplicate | rejected | invalid | timeout | oom | denied | crashed"""
     message: str = ""

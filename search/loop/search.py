@@ -32,7 +32,7 @@ from search.loop.database import ProgramDatabase
 from search.loop.journal import CandidateRecord, Journal
 from search.loop.schedule import Schedule, schedule_for
 from search.loop.selection import run_instances
-from search.proposers.base import Entry, ProposalFailed, ProposalRequest, Proposer, TargetBrief
+from search.proposers.base import Entry, Exchange, ProposalFailed, ProposalRequest, Proposer, TargetBrief
 from search.settings import RunConfig
 from search.stats.means import mean_metrics
 from search.terms import BASELINE
@@ -402,6 +402,7 @@ class Search:
                 repeated=self._repeated(seq, parent.candidate_id),
                 taken=frozenset(taken),
             )
+            asked = time.monotonic()
             try:
                 proposal = self.proposer.propose(request)
             except ProposalFailed as exc:
@@ -414,8 +415,10 @@ class Search:
                     model=exc.model,
                     tokens=exc.tokens,
                     cost_usd=exc.cost_usd,
+                    proposal=_figures(time.monotonic() - asked, exc.exchange),
                 )
                 continue
+            figures = _figures(time.monotonic() - asked, proposal.exchange)
             if gone.is_set():
                 return None
             mark = fingerprint(proposal.source)
@@ -430,6 +433,7 @@ class Search:
                     model=proposal.model,
                     tokens=proposal.tokens,
                     cost_usd=proposal.cost_usd,
+                    proposal=figures,
                 )
                 continue
             row = CandidateRecord(
@@ -445,6 +449,7 @@ class Search:
                 note=proposal.note,
                 tokens=proposal.tokens,
                 cost_usd=proposal.cost_usd,
+                proposal=figures,
             )
             rejection, outcomes = self._screen(proposal.source)
             if rejection:
@@ -578,6 +583,12 @@ class Search:
             )
         ]
         return tuple(f"candidate {r.seq}: {r.message}" for r in failed[-5:])
+
+
+def _figures(seconds: float, exchange: Exchange | None) -> str:
+    """A proposal's stored figures: the seconds it took, and its exchange with a model where it had one."""
+    had = asdict(exchange) if exchange is not None else {}
+    return json.dumps({"seconds": round(seconds, 3), **had})
 
 
 def _outcome(future: Future[Result]) -> Result:

@@ -54,6 +54,21 @@ class ProposalRequest:
 
 
 @dataclass(frozen=True)
+class Exchange:
+    """How a proposer that converses with a model got its proposal: what the model read and wrote, and
+    what became of each reply in turn (`ok`, or why it was sent back or given up: `no-code`,
+    `static-check`, `duplicate`...), so a user can weigh a model by more than its best program."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    replies: tuple[str, ...] = ()
+
+    @property
+    def repairs(self) -> int:
+        return max(len(self.replies) - 1, 0)
+
+
+@dataclass(frozen=True)
 class Proposal:
     source: str
     proposer: str
@@ -61,6 +76,8 @@ class Proposal:
     note: str = ""
     tokens: int = 0
     cost_usd: float = 0.0
+    exchange: Exchange | None = None
+    """None for a proposer that asks no model."""
 
 
 class ProposerError(RuntimeError):
@@ -71,13 +88,21 @@ class ProposerError(RuntimeError):
     """
 
     def __init__(
-        self, message: str, *, proposer: str = "", model: str = "", tokens: int = 0, cost_usd: float = 0.0
+        self,
+        message: str,
+        *,
+        proposer: str = "",
+        model: str = "",
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+        exchange: Exchange | None = None,
     ) -> None:
         super().__init__(message)
         self.proposer = proposer
         self.model = model
         self.tokens = tokens
         self.cost_usd = cost_usd
+        self.exchange = exchange
 
 
 class ProposalFailed(ProposerError):

@@ -132,6 +132,8 @@ class CandidateInfo(_Record):
     note: str
     tokens: int
     cost_usd: float
+    proposal: dict[str, Any]
+    """How it was proposed: seconds, and where a model wrote it its tokens and each reply's fate."""
     source: str
     params: dict[str, float]
     trials: list[dict[str, Any]]
@@ -172,6 +174,30 @@ class EventInfo(_Record):
     model: str
     tokens: int
     cost_usd: float
+    proposal: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProposalInfo(_Record):
+    """One proposal of a run, in the order made: a candidate, or a proposal that came to none."""
+
+    at: str
+    proposer: str
+    model: str
+    outcome: str
+    """A candidate's status (evaluated, rejected...); `failed` (no program came out) or `duplicate` (a
+    program the run already had) for a proposal that made no candidate."""
+    message: str
+    seq: int | None
+    """The candidate it became; None when it became none."""
+    tokens: int
+    cost_usd: float
+    seconds: float | None
+    """None where the store predates these figures."""
+    prompt_tokens: int
+    completion_tokens: int
+    replies: list[str]
+    """What became of each reply of a model, in turn: `ok`, or why it was sent back or given up."""
 
 
 @dataclass(frozen=True)
@@ -359,6 +385,7 @@ class RunReport:
     budget: Budget | None = None
     study: StudyReport | None = None
     """The trials and the Pareto front, for a run made by `crucible tune`."""
+    proposals: list[ProposalInfo] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The run's fields at the top level, `best` the whole best candidate."""
@@ -373,6 +400,7 @@ class RunReport:
             "budget": self.budget.to_json() if self.budget else None,
             "study": self.study.to_json() if self.study else None,
             "judgement": judged.to_json() if (judged := self.judgement()) else None,
+            "proposals": [p.to_json() for p in self.proposals],
         }
 
     def judgement(self) -> Judgement | None:
@@ -465,9 +493,26 @@ class ReadModel:
     def events(self, run_id: str) -> list[EventInfo]:
         run = self._run(run_id)
         return [
-            EventInfo(e.kind, e.message, _iso(e.at), e.proposer, e.model, e.tokens, e.cost_usd)
+            EventInfo(
+                e.kind, e.message, _iso(e.at), e.proposer, e.model, e.tokens, e.cost_usd, _json(e.proposal)
+            )
             for e in self.store.events(run.id)
         ]
+
+    def proposals(self, run_id: str) -> list[ProposalInfo]:
+        """Every proposal of the run in the order made: its candidates, and the proposals that made none."""
+        run = self._run(run_id)
+        made = [
+            _proposal(r, r.created_at, r.status, r.seq)
+            for r in self.store.candidates(run.id)
+            if r.proposer != BASELINE
+        ]
+        none = [
+            _proposal(e, e.at, e.kind.removeprefix("proposal-"), None)
+            for e in self.store.events(run.id)
+            if e.kind in ("proposal-failed", "proposal-duplicate")
+        ]
+        return sorted(made + none, key=lambda p: p.at)
 
     def progress(self, run_id: str) -> list[ProgressPoint]:
         run = self._run(run_id)
@@ -562,6 +607,7 @@ class ReadModel:
             holdout=self.holdout(info.run_id),
             budget=self.budget(info.run_id),
             study=self.study(info.run_id),
+            proposals=self.proposals(info.run_id),
         )
 
     def holdout(self, run_id: str) -> HoldoutReport | None:
@@ -814,6 +860,7 @@ def _candidate(row: Candidate, evaluations: list[Evaluation], verdicts: list[Ver
         note=row.note,
         tokens=row.tokens,
         cost_usd=row.cost_usd,
+        proposal=_json(row.proposal),
         source=row.source,
         params=json.loads(row.params),
         trials=list(json.loads(row.trials or "[]")),
@@ -827,6 +874,25 @@ def _candidate(row: Candidate, evaluations: list[Evaluation], verdicts: list[Ver
         backend=infos[0].backend if infos else "",
         created_at=_iso(row.created_at),
         finished_at=_iso(row.finished_at) if row.finished_at else None,
+    )
+
+
+def _proposal(row: Candidate | Event, at: datetime, outcome: str, seq: int | None) -> ProposalInfo:
+    """A candidate or a proposal event as a proposal: both carry who proposed, what it cost and how."""
+    figures = _json(row.proposal)
+    return ProposalInfo(
+        at=_iso(at),
+        proposer=row.proposer,
+        model=row.model,
+        outcome=outcome,
+        message=row.message,
+        seq=seq,
+        tokens=row.tokens,
+        cost_usd=row.cost_usd,
+        seconds=figures.get("seconds"),
+        prompt_tokens=figures.get("prompt_tokens", 0),
+        completion_tokens=figures.get("completion_tokens", 0),
+        replies=list(figures.get("replies", [])),
     )
 
 
@@ -875,6 +941,11 @@ def _proposer_stats(
         bump(counts, "tokens", event.tokens)
         bump(counts, "cost_usd", event.cost_usd)
     return [ProposerStats(proposer, model, **counts) for (proposer, model), counts in sorted(table.items())]
+
+
+def _json(text: str) -> dict[str, Any]:
+    """A stored JSON object; {} for a row stored before its column had one."""
+    return dict(json.loads(text or "{}"))
 
 
 def _aware(at: datetime) -> datetime:

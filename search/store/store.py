@@ -212,6 +212,7 @@ class Store:
         model: str = "",
         tokens: int = 0,
         cost_usd: float = 0.0,
+        proposal: str = "{}",
     ) -> None:
         event = Event(
             run_id=run_id,
@@ -221,6 +222,7 @@ class Store:
             model=model,
             tokens=tokens,
             cost_usd=cost_usd,
+            proposal=proposal,
         )
         self._add(event)
 

@@ -58,6 +58,9 @@ class Candidate(SQLModel, table=True):
     note: str = ""
     tokens: int = 0
     cost_usd: float = 0.0
+    proposal: str = "{}"
+    """How it was proposed, as JSON: seconds, and for a proposer that asks a model its prompt and completion
+    tokens and what became of each reply (search.proposers.base.Exchange); {} where not recorded."""
     status: str = "pending"
     """pending | evaluated | gated | duplicate (behaves as an earlier one; not tuned) | rejected | invalid |
     timeout | oom | denied | crashed"""
@@ -114,4 +117,6 @@ class Event(SQLModel, table=True):
     tokens: int = 0
     cost_usd: float = 0.0
     """What a failed proposal consumed (an LLM reply that did not parse still costs), so totals add up."""
+    proposal: str = "{}"
+    """A failed or repeated proposal's figures, as a candidate's `proposal`."""
     at: datetime = Field(default_factory=now)

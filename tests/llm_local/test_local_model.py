@@ -15,14 +15,19 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from interrupt import interrupted
 
+import targets
 from search.errors import UserError
-from search.proposers.llm.local_model import LocalServer
+from search.loop.search import brief
+from search.proposers.base import Entry, ProposalRequest
+from search.proposers.llm.local_model import CONTEXT_TOKENS, LocalServer
+from search.proposers.llm.prompting import Templates, estimated_tokens
 
 pytestmark = pytest.mark.llm_local
 
@@ -73,6 +78,39 @@ def test_a_search_with_the_local_model_records_every_proposal_with_its_outcome(
     assert summary["tokens"] > 0, "the local server's usage was counted"
     written = sum(summary["counts"].values())
     assert written >= 1, report
+
+
+def real_tokens(server: LocalServer, messages: list[dict[str, str]]) -> int:
+    """The conversation's tokens as the served model counts them, with ChatML's marks around each message."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    request = urllib.request.Request(
+        server.url.removesuffix("/v1") + "/extras/tokenize",
+        data=json.dumps({"input": text + "<|im_start|>assistant\n"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return len(json.load(answer)["tokens"])
+
+
+@pytest.mark.parametrize("name", targets.names())
+def test_each_targets_prompt_is_estimated_long_so_a_fitted_turn_fits_the_real_context(
+    server: LocalServer, name: str
+) -> None:
+    target = targets.load(name)
+    sources = list(target.baselines().values())
+    if not sources:
+        pytest.skip(f"{name} has no baseline in candidate form to be a parent")
+    entries = [Entry(i, source, 0.5) for i, source in enumerate(sources[:3])]
+    request = ProposalRequest(brief(target), entries[0], tuple(entries[1:]), (), seed=1)
+    templates = Templates.load()
+    whole = templates.messages(request)
+    counted, estimated = real_tokens(server, whole), estimated_tokens(whole)
+    print(f"{name}: {counted} tokens, {sum(len(m['content']) for m in whole) / counted:.2f} chars a token")
+    assert estimated >= counted
+    room = CONTEXT_TOKENS - 800
+    fitted = real_tokens(server, templates.fitted(request, [], room))
+    print(f"{name}: fitted into {room}: {fitted}")
+    assert fitted <= room
 
 
 def test_ctrl_c_during_a_local_models_reply_ends_the_run_at_once(server: LocalServer, tmp_path: Path) -> None:

@@ -47,6 +47,16 @@ SETTINGS: tuple[Option, ...] = (
         high=1_000_000,
     ),
     setting(
+        "llm_context",
+        "int",
+        None,
+        "the model's context in tokens: a prompt that would not fit with a reply of --llm-max-tokens "
+        "shows fewer inspirations (default: the prompt is sent whole)",
+        metavar="TOKENS",
+        low=512,
+        high=100_000_000,
+    ),
+    setting(
         "prices",
         "list",
         [],
@@ -71,6 +81,7 @@ def llm_config(values: Mapping[str, Any]) -> LLMConfig:
         concurrency=values.get("llm_concurrency", 4),
         temperature=values.get("temperature"),
         max_tokens=values.get("llm_max_tokens"),
+        context_tokens=values.get("llm_context"),
         prices=dict(Price.parse(spec) for spec in values.get("prices") or ()),
         prompts=values.get("prompts"),
         share=values.get("llm_share", SHARE.default),

@@ -9,6 +9,7 @@ from typing import Any
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_URL = "https://api.openai.com/v1"
+DEFAULT_REPLY_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class LLMConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     """The most tokens a reply may have (`max_tokens`), or the server's default."""
+    context_tokens: int | None = None
+    """The model's context: each turn is fitted into it with room for a reply (None: sent whole)."""
     prices: dict[str, Price] = field(default_factory=dict)
     prompts: str | None = None
     """A folder of prompt templates that replace the shipped ones by file name."""
@@ -100,8 +103,19 @@ class LLMConfig:
             )
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"--llm-max-tokens must be at least 1, got {self.max_tokens}")
+        if self.context_tokens is not None and self.context_tokens <= self.reply_tokens:
+            raise ValueError(
+                f"--llm-context {self.context_tokens} leaves no room for a prompt beside a reply of "
+                f"{self.reply_tokens} tokens (--llm-max-tokens)"
+            )
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"--llm-share must lie in [0, 1], got {self.share}")
+
+    @property
+    def reply_tokens(self) -> int:
+        """The room a fitted turn keeps for the reply: --llm-max-tokens, else a default that a program
+        and a few lines of prose fit in."""
+        return self.max_tokens or DEFAULT_REPLY_TOKENS
 
     @property
     def endpoint(self) -> str:

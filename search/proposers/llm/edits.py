@@ -3,16 +3,20 @@
 Replies come fenced or bare, wrapped in prose, after a `<think>` block, or cut off by a length limit; the
 extraction tries each plausible piece and keeps the first that parses and defines the decision functions.
 Whether the program stays inside the subset is not decided here: the static check does that and names the
-rule, so code outside the subset still comes out as a candidate and is rejected with a precise message.
+rule, so code outside the subset still comes out as a candidate and is rejected with a precise message. The
+one mend made here is the import a model adds out of habit (`import math` for `math.log(x)`): it is
+dropped and the call written as the subset spells it, since a repair turn for it costs a whole reply.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from verifiers.static import CALLS
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
@@ -39,14 +43,61 @@ class Edit:
     kind: Literal["rewrite", "diff"]
     blocks: int = 0
     """SEARCH/REPLACE blocks applied (0 for a rewrite)."""
+    dropped: int = 0
+    """Imports dropped as habit (drop_imports)."""
 
 
 def apply_reply(reply: str, parent: str, functions: Sequence[str]) -> Edit:
     """The program a reply means: its SEARCH/REPLACE blocks applied to `parent`, else the code it holds."""
     text = _THINK.sub("", reply)
-    if _SEARCH.search(text):
-        return _apply_diff(text, parent)
-    return Edit(_extract(text, functions), "rewrite")
+    edit = _apply_diff(text, parent) if _SEARCH.search(text) else Edit(_extract(text, functions), "rewrite")
+    source, dropped = drop_imports(edit.source, CALLS)
+    return Edit(source, edit.kind, edit.blocks, dropped)
+
+
+def drop_imports(source: str, calls: Collection[str]) -> tuple[str, int]:
+    """`source` without its top-level imports whose names go unused or only call a function of `calls`
+    (`math.log(x)` becomes `log(x)`), and how many it dropped; any other import stays, for the static check
+    to name. An import sharing its line with other code stays too."""
+    tree = ast.parse(source)
+    lines = [line.encode() for line in source.splitlines(keepends=True)]  # ast's columns count bytes
+    uses: dict[str, list[ast.Name]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            uses.setdefault(node.id, []).append(node)
+    callers = {  # a name's uses that are `name.f(...)` with f a subset call
+        id(call.func.value)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.attr in calls
+    }
+    drop, prefixes = [], []
+    for node in tree.body:
+        if not isinstance(node, ast.Import | ast.ImportFrom) or not _own_lines(node, lines):
+            continue
+        bound = [(a.asname or a.name.split(".")[0], a.name) for a in node.names]
+        habitual = all(
+            (isinstance(node, ast.ImportFrom) and name in calls and (alias or name) == name)
+            or all(id(use) in callers for use in uses.get(alias, ()))
+            for alias, name in bound
+        )
+        if habitual:
+            drop.append(node)
+            prefixes += [use for alias, _ in bound for use in uses.get(alias, ()) if id(use) in callers]
+    for use in sorted(prefixes, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        line = lines[use.lineno - 1]
+        lines[use.lineno - 1] = line[: use.col_offset] + line[use.col_offset + len(use.id.encode()) + 1 :]
+    for node in reversed(drop):
+        del lines[node.lineno - 1 : node.end_lineno]
+    return b"".join(lines).decode(), len(drop)
+
+
+def _own_lines(node: ast.stmt, lines: list[bytes]) -> bool:
+    """The statement is alone on its lines (no `import math; x = 1`)."""
+    first, last = lines[node.lineno - 1], lines[(node.end_lineno or node.lineno) - 1]
+    return not first[: node.col_offset].strip() and not last[node.end_col_offset or 0 :].strip()
 
 
 def _apply_diff(text: str, parent: str) -> Edit:

@@ -9,7 +9,9 @@ replaces any of them by file name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -34,6 +36,14 @@ CONTEXT = frozenset(
     }
 )
 """The placeholders every template may use; the repair template may also use `$error`."""
+CHARS_PER_TOKEN = 3.0
+"""Characters per token when a turn is fitted into a context. Prompts are code and tables of features:
+Qwen2.5's tokenizer reads each shipped target's prompt at 3.4 to 3.9 characters a token (measured by the
+llm_local tests against the real tokenizer), so 3.0 errs on the side of fitting."""
+MESSAGE_TOKENS = 8
+"""A chat template's tokens around each message (ChatML: `<|im_start|>role\n` ... `<|im_end|>\n`)."""
+
+Message = dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -71,10 +81,36 @@ class Templates:
             {"role": "user", "content": Template(self.user).substitute(values)},
         ]
 
+    def fitted(
+        self, request: ProposalRequest, history: Sequence[tuple[Message, Message]], room: int | None
+    ) -> list[Message]:
+        """The next call's conversation: the prompt, then each reply so far with its repair turn. Where it
+        would not fit in `room` tokens, the older replies are left out first, then the inspirations, the
+        last first; the registry and the parent always stay (a conversation too long even then is sent,
+        and the server's refusal fails that proposal only)."""
+        shown = request.inspirations
+        for replies in range(len(history), 0, -1):
+            turn = self._turn(request, history[-replies:])
+            if room is None or estimated_tokens(turn) <= room:
+                return turn
+        for keep in range(len(shown), -1, -1):
+            turn = self._turn(replace(request, inspirations=shown[:keep]), history[-1:])
+            if room is None or estimated_tokens(turn) <= room:
+                break
+        return turn
+
+    def _turn(self, request: ProposalRequest, history: Sequence[tuple[Message, Message]]) -> list[Message]:
+        return [*self.messages(request), *(m for pair in history for m in pair)]
+
     def repair_message(self, request: ProposalRequest, error: str) -> dict[str, str]:
         """The follow-up turn after a reply that did not parse or apply."""
         content = Template(self.repair).substitute({**variables(request), "error": error})
         return {"role": "user", "content": content}
+
+
+def estimated_tokens(messages: Sequence[Message]) -> int:
+    """A conversation's length in tokens, from its characters (CHARS_PER_TOKEN), erring long."""
+    return sum(math.ceil(len(m["content"]) / CHARS_PER_TOKEN) + MESSAGE_TOKENS for m in messages)
 
 
 def _validate(name: str, where: str, text: str) -> None:
@@ -115,8 +151,9 @@ CLOCK_NOTE = (
 
 
 def signatures(brief: TargetBrief) -> str:
-    """Each decision function with its doc and every feature it may read: name, unit, domain and meaning."""
-    parts = []
+    """Each decision function with its doc and every feature it may read: name, unit, domain and meaning.
+    A function that reads the same features as one before it says so rather than list them again."""
+    parts, listed = [], {}
     for sig in brief.signatures:
         registry = brief.registries[sig.name]
         rows = [
@@ -124,9 +161,16 @@ def signatures(brief: TargetBrief) -> str:
             for f in registry.features
             if f.name in sig.features
         ]
+        head = f"def {sig.name}({sig.state_arg}, {sig.params_arg}):  # {sig.doc}\n"
+        if (same := listed.get((sig.state_arg, *rows))) is not None:
+            parts.append(
+                f"{head}  reads the same features of `{sig.state_arg}` as {same}, and `{sig.params_arg}`."
+            )
+            continue
+        listed[(sig.state_arg, *rows)] = f"{sig.name}()"
         parts.append(
-            f"def {sig.name}({sig.state_arg}, {sig.params_arg}):  # {sig.doc}\n"
-            f"  reads these features of `{sig.state_arg}` (unit, domain: meaning; {CLOCK_NOTE}):\n"
+            head
+            + f"  reads these features of `{sig.state_arg}` (unit, domain: meaning; {CLOCK_NOTE}):\n"
             + "\n".join(rows)
             + f"\n  and `{sig.params_arg}.<name>` for each PARAMS entry."
         )

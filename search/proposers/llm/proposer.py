@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import openai
 
-from search.proposers.base import Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
+from search.proposers.base import Exchange, Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
 from search.proposers.llm.config import LLMConfig, Usage
 from search.proposers.llm.edits import Edit, EditError, apply_reply
-from search.proposers.llm.prompting import Templates
+from search.proposers.llm.prompting import Message, Templates
 from verifiers.fingerprint import fingerprint
 from verifiers.static import StaticError, check
 
@@ -57,60 +57,66 @@ class LLMProposer:
         models = self.config.models
         model = rng.choices([m.name for m in models], weights=[m.weight for m in models])[0]
         functions = [s.name for s in request.target.signatures]
-        messages = self.templates.messages(request)
         used = Usage()
+        replies: list[str] = []
+
+        def exchange() -> Exchange:
+            return Exchange(used.prompt, used.completion, tuple(replies))
 
         def failed(message: str) -> ProposalFailed:
-            cost = self.config.cost(model, used)
-            return ProposalFailed(message, proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost)
+            spent = {"tokens": used.tokens, "cost_usd": self.config.cost(model, used)}
+            return ProposalFailed(message, proposer=self.name, model=model, exchange=exchange(), **spent)
 
-        def ask(turn: list[dict[str, str]], during: str = "") -> str:
+        def ask(turn: list[Message], during: str = "") -> str:
             nonlocal used
             try:
                 reply, usage = self._complete(model, turn, request.seed)
             except ProposalFailed as exc:
+                replies.append(str(exc).split(":")[0])
                 raise failed(f"{exc}{during}") from None
             except ProposerUnavailable as exc:  # keep what the first turn cost when a repair turn is cut off
                 cost = self.config.cost(model, used)
                 raise ProposerUnavailable(
-                    str(exc), proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost
-                ) from None
+                    str(exc), proposer=self.name, model=model, tokens=used.tokens, cost_usd=cost,
+                    exchange=exchange(),
+                ) from None  # fmt: skip
             used += usage
             return reply
 
-        turn = list(messages)
-        reply = ask(turn)
-        repaired: list[str] = []
+        room = self.config.context_tokens - self.config.reply_tokens if self.config.context_tokens else None
+        history: list[tuple[Message, Message]] = []
+        reply = ask(self.templates.fitted(request, history, room))
         while True:
             try:
                 edit = apply_reply(reply, request.parent.source, functions)
                 check(edit.source, request.target.signatures)
                 if fingerprint(edit.source) not in request.taken:
+                    replies.append("ok")
                     break
                 kind, message, usable = "duplicate", _DUPLICATE, edit
             except EditError as exc:
                 kind, message, usable = exc.kind, str(exc), None
             except StaticError as exc:
                 kind, message, usable = "static-check", str(exc), edit
+            replies.append(kind)
+            repaired = replies[:-1]
             if len(repaired) == self.config.repairs:
                 if usable is not None:  # the loop rejects it with the checker's message, and stores it
                     edit = usable
                     break
                 raise failed(f"{kind}: {message}{_after(repaired)}") from None
-            repaired.append(kind)
-            turn = [
-                *turn,
-                {"role": "assistant", "content": reply},
-                self.templates.repair_message(request, message),
-            ]
-            reply = ask(turn, f" (in the repair turn after {kind})")
+            history.append(
+                ({"role": "assistant", "content": reply}, self.templates.repair_message(request, message))
+            )
+            reply = ask(self.templates.fitted(request, history, room), f" (in the repair turn after {kind})")
         return Proposal(
             source=edit.source,
             proposer=self.name,
             model=model,
-            note=_note(edit, ", ".join(repaired)),
+            note=_note(edit, ", ".join(replies[:-1])),
             tokens=used.tokens,
             cost_usd=self.config.cost(model, used),
+            exchange=exchange(),
         )
 
     def check(self) -> None:
@@ -240,6 +246,8 @@ def _usage(usage: Any) -> Usage:
 
 def _note(edit: Edit, repaired: str) -> str:
     how = f"diff of {_plural(edit.blocks, 'block', 'blocks')}" if edit.kind == "diff" else "rewrite"
+    if edit.dropped:
+        how += f", {_plural(edit.dropped, 'import', 'imports')} dropped"
     if repaired:
         how += f", repaired after {repaired}"
     try:

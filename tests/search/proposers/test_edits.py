@@ -51,6 +51,38 @@ def test_code_outside_the_subset_is_extracted_for_the_static_check_to_reject() -
     assert apply_reply(f"Try this:\n{outside}", PARENT, FUNCTIONS).source == outside
 
 
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("import math\n\n\ndef priority(b, p):\n    return math.log(b.hits + 1)\n", "log(b.hits + 1)"),
+        ("import numpy as np\n\ndef priority(b, p):\n    return np.sqrt(b.age)\n", "sqrt(b.age)"),
+        ("from math import exp\n\n\ndef priority(b, p):\n    return exp(-b.age)\n", "exp(-b.age)"),
+        ("import os\nimport math\n\n\ndef priority(b, p):\n    return b.hits - b.age\n", "b.hits - b.age"),
+    ],
+    ids=["module-call", "aliased-module", "from-import", "unused"],
+)
+def test_an_import_made_of_habit_is_dropped_and_its_calls_written_as_the_subset_spells_them(
+    written: str, meant: str
+) -> None:
+    edit = apply_reply(f"```python\n{written}```", PARENT, FUNCTIONS)
+    assert edit.source.strip() == f"def priority(b, p):\n    return {meant}"
+    assert edit.dropped == written.count("import ")
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "import numpy as np\n\n\ndef priority(b, p):\n    return np.mean(b.age)\n",  # not a subset call
+        "import math\n\n\ndef priority(b, p):\n    return math.pi * b.age\n",  # not a call at all
+        "import math; X = 1\n\n\ndef priority(b, p):\n    return math.log(b.age)\n",  # shares its line
+    ],
+    ids=["other-call", "attribute", "shared-line"],
+)
+def test_an_import_the_program_needs_stays_for_the_static_check_to_name(written: str) -> None:
+    edit = apply_reply(written, PARENT, FUNCTIONS)
+    assert (edit.source, edit.dropped) == (written, 0)
+
+
 def test_search_replace_blocks_apply_in_order_to_the_parent() -> None:
     reply = block("    age = b.now - b.last_access\n", "    age = b.age\n") + block(
         "    return -age\n", "    return -age + b.hits\n"

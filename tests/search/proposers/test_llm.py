@@ -127,7 +127,7 @@ SCRIPT = [
     Reply(hang_s=2.0),  # 18
     Reply(hang_s=2.0),  # 19: out of retries: a failed proposal
     Reply(body=b'{"id": "chatcmpl-1", "choices": [{"message": '),  # 20: malformed JSON
-    Reply(f"```python\nimport os\n{program(11)}```"),  # 21: outside the subset ...
+    Reply(f"```python\nimport os\n\nPID = os.getpid()\n{program(11)}```"),  # 21: outside the subset ...
     Reply(f"```python\n{program(11)}```"),  # 22: ... repaired from the checker's message
 ]
 BUDGET = 10  # 9 scripted candidates and one from the fallback
@@ -204,6 +204,31 @@ def test_a_reply_outside_the_subset_is_repaired_from_the_checkers_message(script
     repair = scripted.received[9].body["messages"]
     assert repair[-2]["content"] == OUTSIDE_SUBSET
     assert "line 1: [no-imports]" in repair[-1]["content"]
+
+
+def test_runs_show_lists_every_proposal_with_its_outcome_seconds_tokens_and_replies(
+    scripted: ScriptedRun,
+) -> None:
+    run_id = json.loads(scripted.outcome.out)["run_id"]
+    shown = crucible("runs", "show", run_id, "--db", f"sqlite:///{scripted.db}", "--json")
+    proposals = json.loads(shown.out)["proposals"]
+    made = [p for p in proposals if p["seq"] is not None]
+    assert len(made) == BUDGET and len(proposals) == BUDGET + len(failed_proposals(scripted.db))
+    assert all(p["seconds"] > 0 and p["proposer"] == "llm" for p in proposals)
+    assert sum(p["prompt_tokens"] + p["completion_tokens"] for p in proposals) == sum(
+        prompt + completion for _, prompt, completion in scripted.delivered
+    )
+    fates = [(p["outcome"], p["replies"]) for p in proposals]
+    assert fates[:6] == [
+        ("evaluated", ["ok"]),
+        ("evaluated", ["ok"]),
+        ("evaluated", ["ok"]),
+        ("failed", ["diff-mismatch"] * 3),
+        ("evaluated", ["no-code", "ok"]),
+        ("rejected", ["static-check"] * 3),
+    ]
+    assert ("failed", ["server-error"]) in fates and ("failed", ["timeout"]) in fates
+    assert ("failed", ["bad-response"]) in fates
 
 
 def test_tokens_and_cost_add_up_to_what_the_server_reported(scripted: ScriptedRun) -> None:
@@ -426,6 +451,10 @@ def test_openai_itself_needs_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (["--model", "alpha", "--llm-share", "2"], "--llm-share must lie in [0, 1]"),
         (["--model", "alpha", "--llm-max-tokens", "0"], "--llm-max-tokens"),
         (["--model", "alpha", "--llm-repairs", "-1"], "--llm-repairs"),
+        (
+            ["--model", "alpha", "--llm-context", "1000", "--llm-max-tokens", "1000"],
+            "--llm-context 1000 leaves no room for a prompt beside a reply of 1000 tokens",
+        ),
         (
             ["--model", "alpha", "--prompts", "/no/such/folder"],
             "prompt folder /no/such/folder does not exist",

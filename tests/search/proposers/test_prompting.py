@@ -9,7 +9,7 @@ import pytest
 import targets
 from search.loop.search import brief
 from search.proposers.base import Entry, ProposalRequest
-from search.proposers.llm.prompting import Templates
+from search.proposers.llm.prompting import Templates, estimated_tokens
 from targets.kv.features import BLOCK_FEATURES
 from verifiers.static import CALLS
 
@@ -40,6 +40,16 @@ def test_the_kv_prompt_carries_the_target_and_every_feature_of_its_registry() ->
     assert "b.next_use" not in text, "the oracle column is no feature a candidate may read"
 
 
+def test_functions_that_read_the_same_features_list_them_once() -> None:
+    tiered = targets.load("kv-tiered")
+    source = next(iter(tiered.baselines().values()))
+    req = ProposalRequest(brief(tiered), Entry(1, source, 0.5), (), (), seed=1)
+    text = prompt(Templates.load(), req)
+    assert text.count("    b.recompute_ms (ms") == 1
+    assert "def keep(b, p):" in text and "reads the same features of `b` as priority()" in text
+    assert "def below(b, p):" in text
+
+
 def test_the_prompt_states_the_allowed_subset_from_the_checker() -> None:
     text = prompt(Templates.load(), request())
     assert all(f"{name}(" in text for name in CALLS)
@@ -55,6 +65,42 @@ def test_the_prompt_shows_parent_with_metrics_inspirations_and_failures() -> Non
     assert "Candidate #3 (block_hit_rate = 0.25)" in text and BASELINES["lfu"].strip() in text
     assert "Candidate #4 (block_hit_rate = 0.29)" in text
     assert f"- {failure}" in text
+
+
+def shown(turn: list[dict[str, str]]) -> list[str]:
+    """The inspirations a turn's prompt shows, by the name it gives them."""
+    return [name for name in ("#3", "#4") if f"Candidate {name} (" in turn[1]["content"]]
+
+
+def test_a_turn_that_fits_is_the_whole_conversation() -> None:
+    templates, req = Templates.load(), request()
+    history = [({"role": "assistant", "content": "no code"}, templates.repair_message(req, "no program"))]
+    whole = templates.fitted(req, history, room=None)
+    assert whole == [*templates.messages(req), *history[0]]
+    assert templates.fitted(req, history, room=estimated_tokens(whole)) == whole
+
+
+def test_a_prompt_too_long_for_the_context_shows_fewer_inspirations_the_last_first() -> None:
+    templates, req = Templates.load(), request()
+    whole = templates.fitted(req, [], room=None)
+    one = templates.fitted(req, [], room=estimated_tokens(whole) - 1)
+    none = templates.fitted(req, [], room=estimated_tokens(one) - 1)
+    assert (shown(whole), shown(one), shown(none)) == (["#3", "#4"], ["#3"], [])
+    assert "None yet." in none[1]["content"]
+    for turn in (one, none):  # the registry and the parent always stay
+        assert "b.hits (" in turn[0]["content"] + turn[1]["content"]
+        assert BASELINES["gdsf"].strip() in turn[1]["content"]
+    assert templates.fitted(req, [], room=1) == none, "sent even when nothing fits: the server decides"
+
+
+def test_a_long_repair_conversation_leaves_out_its_older_replies_before_any_inspiration() -> None:
+    templates, req = Templates.load(), request()
+    first = ({"role": "assistant", "content": "x" * 3000}, templates.repair_message(req, "no program"))
+    last = ({"role": "assistant", "content": "y = 1"}, templates.repair_message(req, "no def priority"))
+    whole = templates.fitted(req, [first, last], room=None)
+    turn = templates.fitted(req, [first, last], room=estimated_tokens(whole) - 1)
+    assert turn == [*templates.messages(req), *last]
+    assert shown(turn) == ["#3", "#4"]
 
 
 def test_the_repair_turn_quotes_the_error() -> None:
