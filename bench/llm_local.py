@@ -4,11 +4,12 @@ and with the offline proposer alone.
 
     .venv/bin/python bench/llm_local.py [--budget 10] [--seed 1] [--quick] [--record]
 
-For each run it reads the store: proposals made, the share that failed before any program came out (no
-code, a syntax error, a diff that does not apply, a timeout...), the share of the proposer's programs
-that passed the static checker at once and after repair turns, that passed Z3 and ran, that beat their
-parent, the best score, and seconds and tokens per proposal. A 0.5B model on 2 cores is a floor, not a
-ceiling: the same commands take a larger local model or a hosted one (`--base-url`, `--model`).
+For each run it reads `crucible runs show --json`: of the writer's proposals (the LLM's under `mix`), the
+share from which a program came out, that passed the static checker at once and after repair turns, that
+passed Z3 and ran; the children that beat their parent, the writer's best score beside the run's and the
+best baseline's, the repair turns taken, and the seconds and tokens (in and out) per proposal. A 0.5B
+model on 2 cores is a floor, not a ceiling: the same commands take a larger local model or a hosted one
+(`--base-url`, `--model`).
 `--quick`: kv only, the LLM and the offline proposer, budget 2. Needs `bash .ci/llm-local` (the llm_local
 environment): without it, it says so in one line and exits 3.
 """
@@ -18,15 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _bench
 
+from search.cli.llm import REPLY_TOKENS
 from search.errors import UserError
 from search.proposers.llm.local_model import MODELS, LocalServer
 
@@ -64,66 +66,74 @@ def main() -> None:
 def _search(
     server: LocalServer, model: str, target: str, proposer: str, budget: int, seed: int, folder: Path
 ) -> dict[str, object]:
-    db = folder / f"{target}-{proposer}.db"
-    words = ["crucible", "search", "--target", target, *WORKLOADS[target], "--trials", "2"]
-    words += ["--proposer", proposer, "--budget", str(budget), "--seed", str(seed), "--workers", "1"]
-    words += ["--db", f"sqlite:///{db}", "--json"]
+    db = f"sqlite:///{folder / f'{target}-{proposer}.db'}"
+    words = ["search", "--target", target, *WORKLOADS[target], "--trials", "2", "--proposer", proposer]
+    words += ["--budget", str(budget), "--seed", str(seed), "--workers", "1", "--db", db, "--json"]
     if proposer != "evolve":
         words += ["--base-url", server.url, "--model", model, "--llm-concurrency", "1"]
-        words += ["--llm-max-tokens", "800"]
+        words += ["--llm-context", str(server.context), "--llm-max-tokens", str(REPLY_TOKENS)]
+        words += ["--llm-share", "0.5"] if proposer == "mix" else []
     started = time.monotonic()
-    env = {**os.environ, "OPENAI_API_KEY": "local"}
-    crucible = str(Path(sys.executable).with_name("crucible"))
-    done = subprocess.run([crucible, *words[1:]], capture_output=True, text=True, env=env, check=False)
+    run_id = json.loads(_crucible(words))["run_id"]
     seconds = time.monotonic() - started
-    if done.returncode != 0:
-        sys.exit(f"bench: {' '.join(words)} failed: {done.stderr.strip().splitlines()[-1:]}")
-    summary = json.loads(done.stdout)
+    report = json.loads(_crucible(["runs", "show", run_id, "--db", db, "--json"]))
     writer = "evolve" if proposer == "evolve" else "llm"
-    mine = next((p for p in summary.get("proposers", []) if p.get("proposer") == writer), {})
-    shares = _shares(db, writer)
-    proposals = int(shares["proposals"]) or 1
+    mine = next((p for p in report["proposers"] if p["proposer"] == writer), {})
+    baselines = [b["score"] for b in report["baselines"] if b["score"] is not None and not b["oracle"]]
+    best_baseline = (max if report["direction"] == "maximize" else min)(baselines)
     return {
         "model": model if writer == "llm" else "",
         "target": target,
         "proposer": proposer,
-        **shares,
-        "beat_parent": round(int(mine.get("improved", 0)) / proposals, 3),
+        "writer": writer,
+        **_shares([p for p in report["proposals"] if p["proposer"] == writer]),
+        "beat_parent": mine.get("improved", 0),
         "best_of_writer": mine.get("best"),
-        "seconds_per_proposal": round(seconds / proposals, 1),
+        "best_of_run": report["best"]["score"] if report["best"] else None,
+        "best_baseline": best_baseline,
+        "run_seconds": round(seconds),
     }
 
 
-def _shares(db: Path, proposer: str) -> dict[str, float | int]:
-    """What became of the proposer's proposals, from the store."""
-    with sqlite3.connect(db) as store:
-        rows = store.execute(
-            "select status, coalesce(message, ''), coalesce(note, ''), coalesce(tokens, 0) from candidate "
-            "where proposer = ?",
-            (proposer,),
-        ).fetchall()
-        failed = store.execute(
-            "select count(*), coalesce(sum(tokens), 0) from event where kind = 'proposal-failed' "
-            "and proposer = ?",
-            (proposer,),
-        ).fetchone()
-    programs = len(rows)
-    proposals = programs + int(failed[0])
-    static = [r for r in rows if not r[1].startswith("static check")]
-    repaired = [r for r in static if "repaired after" in r[2]]
-    ran = [r for r in rows if r[0] in ("evaluated", "gated", "invalid", "duplicate")]
-    tokens = sum(int(r[3]) for r in rows) + int(failed[1])
+def _crucible(words: list[str]) -> str:
+    env = {**os.environ, "OPENAI_API_KEY": "local"}
+    crucible = str(Path(sys.executable).with_name("crucible"))
+    done = subprocess.run([crucible, *words], capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        sys.exit(f"bench: crucible {' '.join(words)} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout
 
-    def share(n: int) -> float:
-        return round(n / proposals, 3) if proposals else 0.0
 
+PASSED = ("ok", "duplicate")
+"""The fates of a reply whose program passed the static checker (a copy is sent back, but it passed)."""
+
+
+def _shares(proposals: list[dict[str, Any]]) -> dict[str, float | int]:
+    """What became of one writer's proposals, from `runs show --json`: a proposal that asked no model
+    (the offline proposer's) counts as one reply, passed unless the static check rejected its program."""
+
+    def fates(p: dict[str, Any]) -> list[str]:
+        if p["replies"]:
+            return p["replies"]
+        static = p["outcome"] == "rejected" and p["message"].startswith("static check")
+        return ["static-check" if static else "ok"]
+
+    n = len(proposals)
+
+    def share(count: int) -> float:
+        return round(count / n, 3) if n else 0.0
+
+    ran = [p for p in proposals if p["seq"] is not None and p["outcome"] not in ("rejected", "pending")]
     return {
-        "proposals": proposals,
-        "no_program": share(int(failed[0])),
-        "static_at_once": share(len(static) - len(repaired)),
-        "static_after_repair": share(len(static)),
+        "proposals": n,
+        "parsed": share(sum(p["outcome"] != "failed" for p in proposals)),
+        "static_at_once": share(sum(fates(p)[0] in PASSED for p in proposals)),
+        "static_after_repair": share(sum(any(f in PASSED for f in fates(p)) for p in proposals)),
         "z3_and_ran": share(len(ran)),
-        "tokens_per_proposal": round(tokens / proposals) if proposals else 0,
+        "repair_turns": sum(max(len(p["replies"]) - 1, 0) for p in proposals),
+        "seconds_per_proposal": round(sum(p["seconds"] or 0 for p in proposals) / n, 1) if n else 0.0,
+        "tokens_in_per_proposal": round(sum(p["prompt_tokens"] for p in proposals) / n) if n else 0,
+        "tokens_out_per_proposal": round(sum(p["completion_tokens"] for p in proposals) / n) if n else 0,
     }
 
 

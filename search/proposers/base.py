@@ -62,6 +62,8 @@ class Exchange:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     replies: tuple[str, ...] = ()
+    estimated: bool = False
+    """The tokens are estimated: the server reported no usage."""
 
     @property
     def repairs(self) -> int:

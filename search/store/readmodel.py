@@ -198,6 +198,8 @@ class ProposalInfo(_Record):
     completion_tokens: int
     replies: list[str]
     """What became of each reply of a model, in turn: `ok`, or why it was sent back or given up."""
+    estimated: bool = False
+    """The tokens are estimated: the server reported no usage."""
 
 
 @dataclass(frozen=True)
@@ -893,6 +895,7 @@ def _proposal(row: Candidate | Event, at: datetime, outcome: str, seq: int | Non
         prompt_tokens=figures.get("prompt_tokens", 0),
         completion_tokens=figures.get("completion_tokens", 0),
         replies=list(figures.get("replies", [])),
+        estimated=bool(figures.get("estimated", False)),
     )
 
 

@@ -32,6 +32,8 @@ class Reply:
     """Streamed, wait this long before each chunk (a slow model writing)."""
     prompt_tokens: int = 100
     completion_tokens: int = 20
+    usage: bool = True
+    """Streamed, report the usage when asked (llama.cpp's Python server never does)."""
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -216,7 +218,7 @@ class ScriptedLLM:
                     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": p}}]} for p in pieces
                 ]
                 chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-                if (body.get("stream_options") or {}).get("include_usage"):
+                if reply.usage and (body.get("stream_options") or {}).get("include_usage"):
                     usage = {
                         "prompt_tokens": reply.prompt_tokens,
                         "completion_tokens": reply.completion_tokens,

@@ -57,17 +57,20 @@ class Price:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens one or more calls consumed, as the endpoint reported them."""
+    """Tokens one or more calls consumed, as the endpoint reported them (or estimated, where it did not)."""
 
     prompt: int = 0
     completion: int = 0
+    estimated: bool = False
+    """Some of it is estimated: a server reported no usage (see proposer._read)."""
 
     @property
     def tokens(self) -> int:
         return self.prompt + self.completion
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.prompt + other.prompt, self.completion + other.completion)
+        estimated = self.estimated or other.estimated
+        return Usage(self.prompt + other.prompt, self.completion + other.completion, estimated)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 Replies come fenced or bare, wrapped in prose, after a `<think>` block, or cut off by a length limit; the
 extraction tries each plausible piece and keeps the first that parses and defines the decision functions.
 Whether the program stays inside the subset is not decided here: the static check does that and names the
-rule, so code outside the subset still comes out as a candidate and is rejected with a precise message. The
-one mend made here is the import a model adds out of habit (`import math` for `math.log(x)`): it is
-dropped and the call written as the subset spells it, since a repair turn for it costs a whole reply.
+rule, so code outside the subset still comes out as a candidate and is rejected with a precise message.
+Two slips small models make again and again are mended here, since a repair turn for one costs a whole
+reply: the import of habit (`import math` for `math.log(x)`: dropped, the call written as the subset spells
+it), and a PARAMS entry written as a bare value (made the range a decade either side of it, the value its
+default, so the tuner starts where the model meant).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ class Edit:
     kind: Literal["rewrite", "diff"]
     blocks: int = 0
     """SEARCH/REPLACE blocks applied (0 for a rewrite)."""
-    dropped: int = 0
-    """Imports dropped as habit (drop_imports)."""
+    mends: tuple[str, ...] = ()
+    """The slips mended in it (drop_imports, range_params), each in a few words."""
 
 
 def apply_reply(reply: str, parent: str, functions: Sequence[str]) -> Edit:
@@ -52,12 +54,58 @@ def apply_reply(reply: str, parent: str, functions: Sequence[str]) -> Edit:
     text = _THINK.sub("", reply)
     edit = _apply_diff(text, parent) if _SEARCH.search(text) else Edit(_extract(text, functions), "rewrite")
     source, dropped = drop_imports(edit.source, CALLS)
-    return Edit(source, edit.kind, edit.blocks, dropped)
+    source, ranged = range_params(source)
+    mends = [f"import {name} dropped" for name in dropped] + [f"PARAMS {name} ranged" for name in ranged]
+    return Edit(source, edit.kind, edit.blocks, tuple(mends))
 
 
-def drop_imports(source: str, calls: Collection[str]) -> tuple[str, int]:
+def range_params(source: str) -> tuple[str, list[str]]:
+    """`source` with each PARAMS entry written as a bare nonzero number v made a range a decade either side
+    of it with v its default (`(v / 10, v * 10, "log", v)`, or `(v * 10, v / 10, v)` below zero), and the
+    names of the entries so mended."""
+    tree = ast.parse(source)
+    lines = [line.encode() for line in source.splitlines(keepends=True)]
+    found = []
+    for node in tree.body:
+        if not (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["PARAMS"]
+            and isinstance(node.value, ast.Dict)
+        ):
+            continue
+        for key, value in zip(node.value.keys, node.value.values, strict=True):
+            number = _number(value)
+            if not number or not isinstance(key, ast.Constant) or value.lineno != value.end_lineno:
+                continue
+            ranged = (
+                f'({number / 10:.6g}, {number * 10:.6g}, "log", {number:.6g})'
+                if number > 0
+                else (f"({number * 10:.6g}, {number / 10:.6g}, {number:.6g})")
+            )
+            found.append((value, str(key.value), ranged))
+    for value, _, ranged in sorted(found, key=lambda f: (f[0].lineno, f[0].col_offset), reverse=True):
+        line = lines[value.lineno - 1]
+        lines[value.lineno - 1] = line[: value.col_offset] + ranged.encode() + line[value.end_col_offset :]
+    return b"".join(lines).decode(), [name for _, name, _ in found]
+
+
+def _number(node: ast.expr) -> float | None:
+    """A numeric literal's value (a minus sign included); None for anything else, a bool among them."""
+    sign = 1.0
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node, sign = node.operand, -1.0
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return sign * float(node.value)
+    return None
+
+
+def drop_imports(source: str, calls: Collection[str]) -> tuple[str, list[str]]:
     """`source` without its top-level imports whose names go unused or only call a function of `calls`
-    (`math.log(x)` becomes `log(x)`), and how many it dropped; any other import stays, for the static check
+    (`math.log(x)` becomes `log(x)`), and the modules dropped; any other import stays, for the static check
     to name. An import sharing its line with other code stays too."""
     tree = ast.parse(source)
     lines = [line.encode() for line in source.splitlines(keepends=True)]  # ast's columns count bytes
@@ -91,7 +139,8 @@ def drop_imports(source: str, calls: Collection[str]) -> tuple[str, int]:
         lines[use.lineno - 1] = line[: use.col_offset] + line[use.col_offset + len(use.id.encode()) + 1 :]
     for node in reversed(drop):
         del lines[node.lineno - 1 : node.end_lineno]
-    return b"".join(lines).decode(), len(drop)
+    dropped = [n.module or "" if isinstance(n, ast.ImportFrom) else n.names[0].name for n in drop]
+    return b"".join(lines).decode(), dropped
 
 
 def _own_lines(node: ast.stmt, lines: list[bytes]) -> bool:

@@ -10,9 +10,10 @@ first token that never comes are the `openai` client's own (`timeout`, `max_retr
 fails is classified in one line: `rate-limited`, `server-error`, `timeout`, `too-long` (a conversation
 over the model's context) and `bad-response` (a body that is not a chat completion) fail this proposal
 only; an endpoint that cannot be reached, a rejected key, an unknown model or a refused request raise
-`ProposerUnavailable`, which stops the run resumably. The tokens of every reply come from its `usage`,
-priced by the configured table (USD per million prompt and completion tokens), and travel with the
-proposal or with its failure.
+`ProposerUnavailable`, which stops the run resumably. Where `context_tokens` is set, each turn is fitted
+into the model's context (prompting.Templates.fitted). The tokens of every reply come from its `usage`
+(estimated where a server sends none), priced by the configured table (USD per million prompt and
+completion tokens), and travel with the proposal or with its failure, with what became of each reply.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import openai
 from search.proposers.base import Exchange, Proposal, ProposalFailed, ProposalRequest, ProposerUnavailable
 from search.proposers.llm.config import LLMConfig, Usage
 from search.proposers.llm.edits import Edit, EditError, apply_reply
-from search.proposers.llm.prompting import Message, Templates
+from search.proposers.llm.prompting import Message, Templates, estimated_tokens
 from verifiers.fingerprint import fingerprint
 from verifiers.static import StaticError, check
 
@@ -61,7 +62,7 @@ class LLMProposer:
         replies: list[str] = []
 
         def exchange() -> Exchange:
-            return Exchange(used.prompt, used.completion, tuple(replies))
+            return Exchange(used.prompt, used.completion, tuple(replies), used.estimated)
 
         def failed(message: str) -> ProposalFailed:
             spent = {"tokens": used.tokens, "cost_usd": self.config.cost(model, used)}
@@ -164,7 +165,7 @@ class LLMProposer:
                 stream_options={"include_usage": True},
                 **options,
             )
-            return _read(stream, model, self.config.timeout_s)
+            return _read(stream, model, self.config.timeout_s, estimated_tokens(messages))
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ProposerUnavailable(self._rejected(exc)) from None
         except openai.NotFoundError as exc:
@@ -211,11 +212,11 @@ def _over_context(exc: openai.APIStatusError) -> bool:
     return _code(exc) == "context_length_exceeded" or bool(_OVER_CONTEXT.search(_detail(exc)))
 
 
-def _read(stream: Any, model: str, timeout_s: float) -> tuple[str, Usage]:
+def _read(stream: Any, model: str, timeout_s: float, prompt_estimate: int) -> tuple[str, Usage]:
     """The streamed reply's text and usage. Streamed, a slow model that keeps writing never times out (the
     timeout bounds silence: the wait for the first token, or between two), and a call given up closes its
-    stream, which tells the server to stop generating. A server that reports no usage is counted a token a
-    chunk, its prompt not at all."""
+    stream, which tells the server to stop generating. Where the server reports no usage (llama.cpp's
+    Python server), the usage is estimated: the prompt from its characters, the reply a token a chunk."""
     text, chunks, usage = [], 0, None
     try:
         with stream:
@@ -234,7 +235,7 @@ def _read(stream: Any, model: str, timeout_s: float) -> tuple[str, Usage]:
         raise ProposalFailed(
             f"bad-response: {model}'s reply is not a chat completion: no event in the stream"
         )
-    counted = _usage(usage) if usage is not None else Usage(0, len(text))
+    counted = _usage(usage) if usage is not None else Usage(prompt_estimate, len(text), estimated=True)
     return "".join(text), counted
 
 
@@ -246,8 +247,8 @@ def _usage(usage: Any) -> Usage:
 
 def _note(edit: Edit, repaired: str) -> str:
     how = f"diff of {_plural(edit.blocks, 'block', 'blocks')}" if edit.kind == "diff" else "rewrite"
-    if edit.dropped:
-        how += f", {_plural(edit.dropped, 'import', 'imports')} dropped"
+    if edit.mends:
+        how += f" ({', '.join(edit.mends)})"
     if repaired:
         how += f", repaired after {repaired}"
     try:

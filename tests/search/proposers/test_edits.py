@@ -66,7 +66,7 @@ def test_an_import_made_of_habit_is_dropped_and_its_calls_written_as_the_subset_
 ) -> None:
     edit = apply_reply(f"```python\n{written}```", PARENT, FUNCTIONS)
     assert edit.source.strip() == f"def priority(b, p):\n    return {meant}"
-    assert edit.dropped == written.count("import ")
+    assert len(edit.mends) == written.count("import ") and all("dropped" in m for m in edit.mends)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,16 @@ def test_an_import_made_of_habit_is_dropped_and_its_calls_written_as_the_subset_
 )
 def test_an_import_the_program_needs_stays_for_the_static_check_to_name(written: str) -> None:
     edit = apply_reply(written, PARENT, FUNCTIONS)
-    assert (edit.source, edit.dropped) == (written, 0)
+    assert (edit.source, edit.mends) == (written, ())
+
+
+def test_a_params_entry_written_as_a_bare_value_becomes_a_range_a_decade_either_side_of_it() -> None:
+    written = 'PARAMS = {"w": 2.5e6, "k": -3, "z": 0, "r": (1, 5)}\n\n\ndef priority(b, p):\n    return p.w\n'
+    edit = apply_reply(written, PARENT, FUNCTIONS)
+    assert 'PARAMS = {"w": (250000, 2.5e+07, "log", 2.5e+06), "k": (-30, -0.3, -3), "z": 0, "r": (1, 5)}' in (
+        edit.source
+    )
+    assert edit.mends == ("PARAMS w ranged", "PARAMS k ranged"), "zero has no decade: the checker names it"
 
 
 def test_search_replace_blocks_apply_in_order_to_the_parent() -> None:

@@ -29,6 +29,7 @@ from scripted_llm import Received, Reply, ScriptedLLM, error, parent_source, pro
 from search.cli.main import main
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest
 from search.proposers.llm.config import LLMConfig, ModelChoice, Price, Usage
+from search.proposers.llm.prompting import estimated_tokens
 from search.proposers.mix.proposer import MixProposer
 from targets.kv.features import BLOCK_FEATURES
 
@@ -588,6 +589,19 @@ def test_a_duplicate_reply_still_counts_its_tokens(tmp_path: Path) -> None:
     assert done.code == 0, done.err
     assert len(llm.delivered) > 1, "the same program came back, and was asked for again"
     assert json.loads(done.out)["tokens"] == sum(p + c for _, p, c in llm.delivered)
+
+
+def test_a_server_that_reports_no_usage_has_its_tokens_estimated_and_marked_so(tmp_path: Path) -> None:
+    numbers = itertools.count()
+    with ScriptedLLM([], lambda body: Reply(program(next(numbers)), usage=False)) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "1")
+    assert done.code == 0, done.err
+    [(stored,)] = rows(tmp_path / "runs.db", "select proposal from candidate where proposer = 'llm'")
+    figures = json.loads(stored)
+    asked = llm.received[0].body["messages"]
+    assert figures["estimated"] is True
+    assert figures["prompt_tokens"] == estimated_tokens(asked) > sum(len(m["content"]) for m in asked) / 4
+    assert figures["completion_tokens"] == -(-len(program(0)) // 16), "a token a streamed chunk"
 
 
 def test_a_model_the_endpoint_does_not_list_ends_in_one_line_before_anything_is_stored(
