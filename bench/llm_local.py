@@ -49,7 +49,7 @@ def main() -> None:
     writers = ("llm", "evolve") if session.quick else PROPOSERS
     budget = 2 if session.quick else args.budget
     rows = []
-    for model in MODELS:
+    for model in (name for name, local in MODELS.items() if local.proposes):
         try:
             server = LocalServer(model)
         except UserError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -114,6 +115,17 @@ def study_frame(report: StudyReport) -> pd.DataFrame:
 
 def proposer_label(c: CandidateInfo) -> str:
     return f"{c.proposer}/{c.model}" if c.model else c.proposer
+
+
+def proposal_line(figures: Mapping[str, Any]) -> str:
+    """How a candidate was proposed, in one line: the seconds, and a model's tokens and replies."""
+    parts = [f"proposed in {figures.get('seconds', 0):.1f} s"]
+    if "prompt_tokens" in figures:
+        about = "about " if figures.get("estimated") else ""
+        parts.append(f"{about}{figures['prompt_tokens']:,} tokens in, {figures['completion_tokens']:,} out")
+    if figures.get("replies"):
+        parts.append("replies: " + " → ".join(figures["replies"]))
+    return " · ".join(parts)
 
 
 def verified(c: CandidateInfo) -> bool:

@@ -1,9 +1,11 @@
 """The LLM proposer against a real model: Qwen2.5-Coder-0.5B-Instruct served by llama.cpp on this CPU.
 
 What these tests show: that the loop gets through what a real small model writes (prose, fences, programs
-outside the subset, copies of the parent), records every proposal with its outcome and its tokens, and
-stops at once when interrupted mid-call. What they do not show: that the model writes better heuristics
-than the offline proposer (that is a measurement, not a test), nor how a larger model behaves.
+outside the subset, copies of the parent), alone and mixed with the offline proposer, records every
+proposal with its outcome, seconds, tokens and replies, fits every target's prompt into the model's real
+context, and stops at once when interrupted mid-call. What they do not show: that the model writes better
+heuristics than the offline proposer, or how often it writes a valid one (a measurement, not a test:
+bench/llm_local.py, on the LLM guide's page), nor how a larger model behaves.
 Skipped when `bash .ci/llm-local` has not built the model's environment; required where
 CRUCIBLE_REQUIRE_LLM_LOCAL=1 (CI).
 """
@@ -18,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from interrupt import interrupted
@@ -32,13 +35,13 @@ from search.proposers.llm.prompting import Templates, estimated_tokens
 pytestmark = pytest.mark.llm_local
 
 MODEL = "qwen2.5-coder-0.5b"
+ROBUSTNESS_MODEL = "gemma3-270m"
 CRUCIBLE = str(Path(sys.executable).with_name("crucible"))
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
+def serve(name: str) -> Iterator[LocalServer]:
     try:
-        local = LocalServer(MODEL)
+        local = LocalServer(name)
     except UserError as exc:
         if os.environ.get("CRUCIBLE_REQUIRE_LLM_LOCAL") == "1":
             pytest.fail(str(exc))
@@ -47,37 +50,88 @@ def server() -> Iterator[LocalServer]:
         yield local
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    yield from serve(MODEL)
+
+
+@pytest.fixture(scope="module")
+def robust() -> Iterator[LocalServer]:
+    """Gemma 3 270M: a base model with no chat template, that echoes its prompt."""
+    yield from serve(ROBUSTNESS_MODEL)
+
+
+WORKLOADS = {
+    "kv": ["--workload", "gen:chat:1", "--capacity", "300"],
+    "batching": ["--set", "requests=0:200"],
+}
+
+
 def search(
-    server: LocalServer, db: Path, *extra: str, timeout: float = 900
-) -> subprocess.CompletedProcess[str]:
+    server: LocalServer, db: Path, target: str, proposer: str, *extra: str, ends: str = "finished"
+) -> dict[str, Any]:
+    """`crucible search` against the local server (a process, as a user runs it), then `runs show --json`."""
     words = [
-        CRUCIBLE, "search", "--target", "kv", "--workload", "gen:chat:1", "--capacity", "300",
-        "--trials", "1", "--proposer", "llm", "--base-url", server.url, "--model", MODEL,
-        "--llm-concurrency", "1", "--llm-max-tokens", "800", "--seed", "1", "--db", f"sqlite:///{db}",
-        "--json", *extra,
+        CRUCIBLE, "search", "--target", target, *WORKLOADS[target], "--trials", "1", "--proposer", proposer,
+        "--base-url", server.url, "--model", server.name, "--llm-concurrency", "1", "--llm-context",
+        str(server.context), "--llm-max-tokens", "800", "--seed", "1", "--db", f"sqlite:///{db}", "--json",
+        *extra,
     ]  # fmt: skip
     env = {**os.environ, "OPENAI_API_KEY": "local"}
-    return subprocess.run(words, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-
-
-def test_a_search_with_the_local_model_records_every_proposal_with_its_outcome(
-    server: LocalServer, tmp_path: Path
-) -> None:
-    db = tmp_path / "runs.db"
-    done = search(server, db, "--budget", "2")
+    done = subprocess.run(words, capture_output=True, text=True, timeout=900, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     summary = json.loads(done.stdout)
-    assert summary["status"] == "finished"
+    assert summary["status"] == ends, summary["message"]
     shown = subprocess.run(
         [CRUCIBLE, "runs", "show", summary["run_id"], "--db", f"sqlite:///{db}", "--json"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    report = json.loads(shown.stdout)
-    print(json.dumps({"counts": summary["counts"], "tokens": summary["tokens"]}))
-    assert summary["tokens"] > 0, "the local server's usage was counted"
-    written = sum(summary["counts"].values())
-    assert written >= 1, report
+    report: dict[str, Any] = json.loads(shown.stdout)
+    return report
+
+
+def model_proposals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model's proposals, each checked to be recorded whole: its outcome, seconds, tokens, replies."""
+    mine = [p for p in report["proposals"] if p["proposer"] == "llm"]
+    for p in mine:
+        assert p["outcome"] and p["seconds"] > 0 and p["replies"], p
+        assert p["prompt_tokens"] > 0 and p["completion_tokens"] > 0, p
+        assert (p["seq"] is None) == (p["outcome"] in ("failed", "duplicate")), p
+    print(json.dumps([(p["outcome"], p["replies"], p["seconds"]) for p in mine]))
+    return mine
+
+
+def test_a_kv_search_with_the_local_model_records_every_proposal_with_its_outcome(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    report = search(server, tmp_path / "runs.db", "kv", "llm", "--budget", "2")
+    made = [p for p in model_proposals(report) if p["seq"] is not None]
+    assert len(made) == sum(report["counts"].values()) >= 2, "every candidate is a proposal listed"
+    assert report["tokens"] > 0
+
+
+def test_a_batching_search_mixing_the_local_model_with_the_offline_proposer(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    report = search(server, tmp_path / "runs.db", "batching", "mix", "--budget", "3", "--llm-share", "0.5")
+    mine = model_proposals(report)
+    assert mine, "the model wrote a share of the proposals"
+    writers = {p["proposer"] for p in report["proposals"] if p["seq"] is not None}
+    assert len([p for p in report["proposals"] if p["seq"] is not None]) == sum(report["counts"].values())
+    assert writers <= {"llm", "evolve"}
+
+
+def test_a_base_model_that_echoes_its_prompt_fails_its_proposals_not_the_run(
+    robust: LocalServer, tmp_path: Path
+) -> None:
+    report = search(
+        robust, tmp_path / "runs.db", "kv", "llm", "--budget", "20", "--llm-repairs", "1",
+        "--time-budget", "90", ends="stopped",
+    )  # fmt: skip
+    mine = model_proposals(report)
+    assert mine, "it was asked, and every answer is recorded"
+    assert "time budget spent" in report["message"]
 
 
 def real_tokens(server: LocalServer, messages: list[dict[str, str]]) -> int:

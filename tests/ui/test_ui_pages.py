@@ -196,6 +196,7 @@ def test_candidate_the_static_check_rejected(seeded: Seeded, open_page) -> None:
     )
     at = open_page(seeded.url, "views/candidate.py", run=run.run_id, candidate=str(rejected.candidate_id))
     assert at.error[0].value == f"rejected: no-imports: {rejected.message}"
+    assert "replies: static-check" in texts(at) and " tokens in, " in texts(at), "how it was proposed"
     assert "Not verified: the static check stopped it before Z3 ran." in texts(at)
     assert "It never reached the sandbox (rejected: no-imports)." in texts(at)
     assert not at.get("download_button"), "no heuristic file for a candidate that never ran"

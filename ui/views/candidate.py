@@ -48,6 +48,8 @@ def header(c: CandidateInfo) -> None:
         st.caption(c.message)
     if c.note:
         st.caption(f"proposer's note: {c.note}")
+    if c.proposal:
+        st.caption(frames.proposal_line(c.proposal))
     cols = st.columns(5)
     cols[0].metric(f"{run.objective} (eval)", "-" if c.score is None else f"{c.score:.4f}")
     cols[1].metric(f"{run.objective} (train)", "-" if c.train_score is None else f"{c.train_score:.4f}")

