@@ -38,6 +38,8 @@ _DUPLICATE = (
     "it is the same program as one the search already has (only its docstring or comments differ); write "
     "one that ranks differently"
 )
+_UNREAD_SHOWN = 3
+"""Features the parent does not read that a copy's repair turn suggests, drawn by the proposal's seed."""
 
 
 class LLMProposer:
@@ -94,7 +96,7 @@ class LLMProposer:
                 if fingerprint(edit.source) not in request.taken:
                     replies.append("ok")
                     break
-                kind, message, usable = "duplicate", _DUPLICATE, edit
+                kind, message, usable = "duplicate", _duplicate(request, rng), edit
             except EditError as exc:
                 kind, message, usable = exc.kind, str(exc), None
             except StaticError as exc:
@@ -243,6 +245,21 @@ def _usage(usage: Any) -> Usage:
     prompt = getattr(usage, "prompt_tokens", 0)
     completion = getattr(usage, "completion_tokens", 0)
     return Usage(prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0)
+
+
+def _duplicate(request: ProposalRequest, rng: random.Random) -> str:
+    """The repair turn's words for a copy: with, for a small model that copies its parent again and again,
+    a few features the parent does not read to start from."""
+    unread = [
+        f"{s.state_arg}.{name}"
+        for s in request.target.signatures
+        for name in s.features
+        if not re.search(rf"\.{name}\b", request.parent.source)
+    ]
+    if not unread:
+        return _DUPLICATE
+    shown = rng.sample(sorted(set(unread)), min(_UNREAD_SHOWN, len(set(unread))))
+    return f"{_DUPLICATE}, for example by also reading {', '.join(shown)}, which the parent does not read"
 
 
 def _note(edit: Edit, repaired: str) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import io
 import itertools
 import json
+import re
 import socket
 import sqlite3
 import sys
@@ -637,6 +638,12 @@ def test_a_copy_of_an_existing_program_gets_a_repair_turn_asking_for_another(tmp
     assert done.code == 0, done.err
     repair = llm.received[2]
     assert "the same program as one the search already has" in repair.prompt
+    suggested = re.search(r"for example by also reading (.*), which the parent does not read", repair.prompt)
+    assert suggested, "a copy's repair turn names features to start from"
+    parent = parent_source(repair.body)
+    for feature in suggested.group(1).split(", "):
+        assert feature.startswith("b.") and feature.removeprefix("b.") in BLOCK_FEATURES.names
+        assert feature not in parent
     assert [m["role"] for m in repair.body["messages"]][-2:] == ["assistant", "user"]
     notes = [n for (n,) in rows(tmp_path / "runs.db", "select note from candidate where proposer = 'llm'")]
     assert any("repaired after duplicate" in n for n in notes), notes
