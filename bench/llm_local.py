@@ -2,7 +2,7 @@
 local model served by llama.cpp on this CPU), with `mix` (half its proposals, half the offline proposer's)
 and with the offline proposer alone.
 
-    .venv/bin/python bench/llm_local.py [--budget 10] [--seed 1] [--quick] [--record]
+    .venv/bin/python bench/llm_local.py [--budget 10] [--seed 1] [--time-budget 600] [--quick] [--record]
 
 For each run it reads `crucible runs show --json`: of the writer's proposals (the LLM's under `mix`), the
 share from which a program came out, that passed the static checker at once and after repair turns, that
@@ -44,6 +44,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--time-budget", type=int, default=600, help="seconds per search at most (a model that copies its "
+        "parent again and again is asked again and again)",
+    )  # fmt: skip
     args, session = _bench.start(parser)
     chosen = ("kv",) if session.quick else tuple(WORKLOADS)
     writers = ("llm", "evolve") if session.quick else PROPOSERS
@@ -58,17 +62,26 @@ def main() -> None:
         with server, tempfile.TemporaryDirectory() as folder:
             for target in chosen:
                 for proposer in writers:
-                    rows.append(_search(server, model, target, proposer, budget, args.seed, Path(folder)))
+                    limits = (budget, args.seed, args.time_budget)
+                    rows.append(_search(server, model, target, proposer, *limits, Path(folder)))
                     print(json.dumps(rows[-1]), flush=True)
-    session.save({"budget": budget, "seed": args.seed, "runs": rows})
+    session.save({"budget": budget, "seed": args.seed, "time_budget_s": args.time_budget, "runs": rows})
 
 
 def _search(
-    server: LocalServer, model: str, target: str, proposer: str, budget: int, seed: int, folder: Path
+    server: LocalServer,
+    model: str,
+    target: str,
+    proposer: str,
+    budget: int,
+    seed: int,
+    time_budget: int,
+    folder: Path,
 ) -> dict[str, object]:
     db = f"sqlite:///{folder / f'{target}-{proposer}.db'}"
     words = ["search", "--target", target, *WORKLOADS[target], "--trials", "2", "--proposer", proposer]
-    words += ["--budget", str(budget), "--seed", str(seed), "--workers", "1", "--db", db, "--json"]
+    words += ["--budget", str(budget), "--seed", str(seed), "--time-budget", str(time_budget)]
+    words += ["--workers", "1", "--db", db, "--json"]
     if proposer != "evolve":
         words += ["--base-url", server.url, "--model", model, "--llm-concurrency", "1"]
         words += ["--llm-context", str(server.context), "--llm-max-tokens", str(REPLY_TOKENS)]
@@ -92,6 +105,7 @@ def _search(
         "best_of_run": report["best"]["score"] if report["best"] else None,
         "best_baseline": best_baseline,
         "run_seconds": round(seconds),
+        "ended": report["status"],
     }
 
 

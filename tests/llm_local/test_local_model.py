@@ -68,21 +68,28 @@ WORKLOADS = {
 
 
 def search(
-    server: LocalServer, db: Path, target: str, proposer: str, *extra: str, ends: str = "finished"
+    server: LocalServer,
+    db: Path,
+    target: str,
+    proposer: str,
+    *extra: str,
+    ends: tuple[str, ...] = ("finished",),
+    fitted: bool = True,
 ) -> dict[str, Any]:
-    """`crucible search` against the local server (a process, as a user runs it), then `runs show --json`."""
+    """`crucible search` against the local server (a process, as a user runs it), then `runs show --json`;
+    `fitted`: each turn fitted into the server's context (--llm-context)."""
     words = [
         CRUCIBLE, "search", "--target", target, *WORKLOADS[target], "--trials", "1", "--proposer", proposer,
-        "--base-url", server.url, "--model", server.name, "--llm-concurrency", "1", "--llm-context",
-        str(server.context), "--llm-max-tokens", "800", "--seed", "1", "--db", f"sqlite:///{db}", "--json",
-        *extra,
+        "--base-url", server.url, "--model", server.name, "--llm-concurrency", "1", "--llm-max-tokens", "800",
+        "--seed", "1", "--db", f"sqlite:///{db}", "--json", *extra,
     ]  # fmt: skip
+    words += ["--llm-context", str(server.context)] if fitted else []
     env = {**os.environ, "OPENAI_API_KEY": "local"}
     done = subprocess.run(words, capture_output=True, text=True, timeout=900, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     summary = json.loads(done.stdout)
-    assert summary["status"] == ends, summary["message"]
+    assert summary["status"] in ends, summary["message"]
     shown = subprocess.run(
         [CRUCIBLE, "runs", "show", summary["run_id"], "--db", f"sqlite:///{db}", "--json"],
         capture_output=True, text=True, check=True,
@@ -125,13 +132,33 @@ def test_a_batching_search_mixing_the_local_model_with_the_offline_proposer(
 def test_a_base_model_that_echoes_its_prompt_fails_its_proposals_not_the_run(
     robust: LocalServer, tmp_path: Path
 ) -> None:
+    started = time.monotonic()
     report = search(
         robust, tmp_path / "runs.db", "kv", "llm", "--budget", "20", "--llm-repairs", "1",
-        "--time-budget", "90", ends="stopped",
+        "--time-budget", "90", ends=("stopped",),
     )  # fmt: skip
+    took = time.monotonic() - started
     mine = model_proposals(report)
     assert mine, "it was asked, and every answer is recorded"
     assert "time budget spent" in report["message"]
+    assert took < 90 + 120 + 30, f"the time budget holds within one call's timeout (120 s): {took:.0f} s"
+
+
+def test_a_request_over_the_models_context_fails_its_proposal_not_the_run(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """No --llm-context, and a prompt template padded past the 4,096 tokens the server holds: llama.cpp
+    refuses each request, and each refusal is one failed proposal."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    shipped = Path(__file__).parents[2] / "search" / "proposers" / "llm" / "templates" / "user.md"
+    (prompts / "user.md").write_text(shipped.read_text() + "\nNotes: " + "keep it short. " * 2000)
+    report = search(
+        server, tmp_path / "runs.db", "kv", "llm", "--budget", "1", "--prompts", str(prompts),
+        "--time-budget", "60", ends=("finished", "stopped"), fitted=False,
+    )  # fmt: skip
+    failed = [p for p in report["proposals"] if p["proposer"] == "llm"]
+    assert failed and all(p["outcome"] == "failed" and p["replies"] == ["too-long"] for p in failed), failed
 
 
 def real_tokens(server: LocalServer, messages: list[dict[str, str]]) -> int:
