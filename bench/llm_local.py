@@ -142,7 +142,7 @@ def _shares(proposals: list[dict[str, Any]]) -> dict[str, float | int]:
         "proposals": n,
         "parsed": share(sum(p["outcome"] != "failed" for p in proposals)),
         "static_at_once": share(sum(fates(p)[0] in PASSED for p in proposals)),
-        "static_after_repair": share(sum(any(f in PASSED for f in fates(p)) for p in proposals)),
+        "static_after_repair": share(sum(fates(p)[-1] in PASSED for p in proposals)),
         "z3_and_ran": share(len(ran)),
         "repair_turns": sum(max(len(p["replies"]) - 1, 0) for p in proposals),
         "seconds_per_proposal": round(sum(p["seconds"] or 0 for p in proposals) / n, 1) if n else 0.0,

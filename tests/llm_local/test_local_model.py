@@ -113,9 +113,13 @@ def test_a_kv_search_with_the_local_model_records_every_proposal_with_its_outcom
     server: LocalServer, tmp_path: Path
 ) -> None:
     report = search(server, tmp_path / "runs.db", "kv", "llm", "--budget", "2")
-    made = [p for p in model_proposals(report) if p["seq"] is not None]
+    mine = model_proposals(report)
+    made = [p for p in mine if p["seq"] is not None]
     assert len(made) == sum(report["counts"].values()) >= 2, "every candidate is a proposal listed"
     assert report["tokens"] > 0
+    passed = [p for p in mine if p["replies"][-1] in ("ok", "duplicate")]  # a copy passed the checker
+    assert len(passed) >= len(mine) / 2, "at least half pass the static checker, after repair turns"
+    assert any(p["outcome"] == "evaluated" for p in made), "at least one passes Z3 and is evaluated"
 
 
 def test_a_batching_search_mixing_the_local_model_with_the_offline_proposer(
