@@ -4,8 +4,9 @@ What these tests show: that the loop gets through what a real small model writes
 outside the subset, copies of the parent), alone and mixed with the offline proposer, records every
 proposal with its outcome, seconds, tokens and replies, fits every target's prompt into the model's real
 context, and stops at once when interrupted mid-call. What they do not show: that the model writes better
-heuristics than the offline proposer, or how often it writes a valid one (a measurement, not a test:
-bench/llm_local.py, on the LLM guide's page), nor how a larger model behaves.
+heuristics than the offline proposer, or what share of its proposals pass the checker (on 2 or 3
+proposals that share swings from a third to all: a measurement, not a test, in bench/llm_local.py on the
+LLM guide's page), nor how a larger model behaves.
 Skipped when `bash .ci/llm-local` has not built the model's environment; required where
 CRUCIBLE_REQUIRE_LLM_LOCAL=1 (CI).
 """
@@ -117,8 +118,6 @@ def test_a_kv_search_with_the_local_model_records_every_proposal_with_its_outcom
     made = [p for p in mine if p["seq"] is not None]
     assert len(made) == sum(report["counts"].values()) >= 2, "every candidate is a proposal listed"
     assert report["tokens"] > 0
-    passed = [p for p in mine if p["replies"][-1] in ("ok", "duplicate")]  # a copy passed the checker
-    assert len(passed) >= len(mine) / 2, "at least half pass the static checker, after repair turns"
     assert any(p["outcome"] == "evaluated" for p in made), "at least one passes Z3 and is evaluated"
 
 

@@ -75,6 +75,7 @@ class LLMProposer:
             try:
                 reply, usage = self._complete(model, turn, request.seed)
             except ProposalFailed as exc:
+                used += exc.usage if isinstance(exc, _Spent) else Usage()
                 replies.append(str(exc).split(":")[0])
                 raise failed(f"{exc}{during}") from None
             except ProposerUnavailable as exc:  # keep what the first turn cost when a repair turn is cut off
@@ -168,6 +169,8 @@ class LLMProposer:
                 **options,
             )
             return _read(stream, model, self.config.timeout_s, estimated_tokens(messages))
+        except _NoEvent as exc:
+            raise _Spent(str(exc), self._refused(model, messages)) from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ProposerUnavailable(self._rejected(exc)) from None
         except openai.NotFoundError as exc:
@@ -202,6 +205,36 @@ class LLMProposer:
                 f"bad-response: {model}'s reply is not a chat completion: {_one_line(exc)}"
             ) from None
 
+    def _refused(self, model: str, messages: list[dict[str, str]]) -> Usage:
+        """After a stream that held no event: llama.cpp's Python server answers a streamed request over the
+        context with an empty stream, so the request is sent once more unstreamed for one token, which it
+        refuses with the reason (`too-long` where that is the context). What an accepted one cost."""
+        try:
+            reply = self.client.chat.completions.create(
+                model=model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=1,
+            )
+        except openai.APIStatusError as exc:
+            if _over_context(exc):
+                raise ProposalFailed(f"too-long: {model} refused the request: {_detail(exc)}") from None
+            return Usage()
+        except (openai.APIError, ValueError):
+            return Usage()
+        return _usage(reply.usage) if getattr(reply, "usage", None) else Usage()
+
+
+class _NoEvent(ProposalFailed):
+    """A streamed reply that held no event at all."""
+
+
+class _Spent(ProposalFailed):
+    """A failure after a call that still cost something."""
+
+    def __init__(self, message: str, usage: Usage) -> None:
+        super().__init__(message)
+        self.usage = usage
+
 
 _OVER_CONTEXT = re.compile(r"context (length|size|window)|too long|too many tokens|n_ctx", re.IGNORECASE)
 
@@ -234,9 +267,7 @@ def _read(stream: Any, model: str, timeout_s: float, prompt_estimate: int) -> tu
     except (httpx.TransportError, openai.APIError) as exc:
         raise ProposalFailed(f"server-error: {model}'s reply broke off: {_one_line(exc)}") from None
     if chunks == 0:
-        raise ProposalFailed(
-            f"bad-response: {model}'s reply is not a chat completion: no event in the stream"
-        )
+        raise _NoEvent(f"bad-response: {model}'s reply is not a chat completion: no event in the stream")
     counted = _usage(usage) if usage is not None else Usage(prompt_estimate, len(text), estimated=True)
     return "".join(text), counted
 

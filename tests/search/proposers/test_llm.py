@@ -128,9 +128,10 @@ SCRIPT = [
     Reply(program(10)),  # 17: ... and answered
     Reply(hang_s=2.0),  # 18
     Reply(hang_s=2.0),  # 19: out of retries: a failed proposal
-    Reply(body=b'{"id": "chatcmpl-1", "choices": [{"message": '),  # 20: malformed JSON
-    Reply(f"```python\nimport os\n\nPID = os.getpid()\n{program(11)}```"),  # 21: outside the subset ...
-    Reply(f"```python\n{program(11)}```"),  # 22: ... repaired from the checker's message
+    Reply(body=b'{"id": "chatcmpl-1", "choices": [{"message": '),  # 20: malformed JSON, no stream event ...
+    Reply("ok"),  # 21: ... so the request is sent once more unstreamed, and accepted: a bad response
+    Reply(f"```python\nimport os\n\nPID = os.getpid()\n{program(11)}```"),  # 22: outside the subset ...
+    Reply(f"```python\n{program(11)}```"),  # 23: ... repaired from the checker's message
 ]
 BUDGET = 10  # 9 scripted candidates and one from the fallback
 
@@ -195,8 +196,10 @@ def test_every_failure_is_classified_and_stored(scripted: ScriptedRun) -> None:
 
 def test_retries_happen_as_the_client_is_configured(scripted: ScriptedRun) -> None:
     retries = [r.retry_count for r in scripted.received[: len(SCRIPT)]]
-    #           0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22  (the script's steps)
-    assert retries == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]
+    #           0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23  (the script's steps)
+    assert retries == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0]
+    probe = scripted.received[21].body
+    assert probe.get("stream") is not True and probe["max_tokens"] == 1
     repair = scripted.received[5].body["messages"]
     assert [m["role"] for m in repair] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert repair[2]["content"] == NOT_IN_PARENT and "could not be used" in repair[3]["content"]
@@ -543,6 +546,21 @@ def test_a_request_over_the_context_fails_its_proposal_not_the_run(tmp_path: Pat
     failures = [message for message, _, _, _ in failed_proposals(tmp_path / "runs.db")]
     assert len(failures) == 1 and failures[0].startswith("too-long: alpha refused the request: This model's")
     assert llm.received[0].body["max_tokens"] == 512
+
+
+def test_a_stream_left_empty_for_a_request_over_the_context_is_told_apart_by_asking_once_unstreamed(
+    tmp_path: Path,
+) -> None:
+    """llama.cpp's Python server answers a streamed request over its context with 200 and no event; asked
+    again unstreamed for one token, it says why."""
+    too_long = error(400, "This model's maximum context length is 4096 tokens. However, you requested 12014")
+    numbers = itertools.count()
+    script = [Reply(body=b""), too_long, Reply(program(1))]
+    with ScriptedLLM(script, lambda body: Reply(program(100 + next(numbers)))) as llm:
+        done = llm_search(llm, tmp_path / "runs.db", "--model", "alpha", "--budget", "2")
+    assert done.code == 0, done.err
+    failures = [message for message, _, _, _ in failed_proposals(tmp_path / "runs.db")]
+    assert len(failures) == 1 and failures[0].startswith("too-long: alpha refused the request: This model's")
 
 
 @pytest.mark.parametrize("concurrency", ["1", "4"])
