@@ -65,10 +65,6 @@ class Exchange:
     estimated: bool = False
     """The tokens are estimated: the server reported no usage."""
 
-    @property
-    def repairs(self) -> int:
-        return max(len(self.replies) - 1, 0)
-
 
 @dataclass(frozen=True)
 class Proposal:

@@ -281,15 +281,17 @@ def _usage(usage: Any) -> Usage:
 def _duplicate(request: ProposalRequest, rng: random.Random) -> str:
     """The repair turn's words for a copy: with, for a small model that copies its parent again and again,
     a few features the parent does not read to start from."""
-    unread = [
-        f"{s.state_arg}.{name}"
-        for s in request.target.signatures
-        for name in s.features
-        if not re.search(rf"\.{name}\b", request.parent.source)
-    ]
+    unread = sorted(
+        {
+            f"{s.state_arg}.{name}"
+            for s in request.target.signatures
+            for name in s.features
+            if not re.search(rf"\.{name}\b", request.parent.source)
+        }
+    )
     if not unread:
         return _DUPLICATE
-    shown = rng.sample(sorted(set(unread)), min(_UNREAD_SHOWN, len(set(unread))))
+    shown = rng.sample(unread, min(_UNREAD_SHOWN, len(unread)))
     return f"{_DUPLICATE}, for example by also reading {', '.join(shown)}, which the parent does not read"
 
 
