@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from targets.compiled_helpers import out_of_line
+
 from .features import NEVER_S
 
 POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO, POLICY_STATIC_KEY = 0, 1, 2, 3
@@ -128,7 +130,7 @@ def new_residency(b, now, S):
     S[b, HITS] = 0.0
 
 
-@njit(cache=True)
+@out_of_line
 def longest_request(offsets):
     """The most blocks one request of the trace holds (what a request may pin at once)."""
     longest = 0

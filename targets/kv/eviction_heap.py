@@ -7,7 +7,10 @@ stale and skipped when popped. Every replay of targets/kv and targets/kv_tiered 
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
+
+from targets.compiled_helpers import out_of_line
 
 from .block_tree import SEQ
 
@@ -34,7 +37,7 @@ def heap_pop(H, n):
     return n
 
 
-@njit(cache=True)
+@out_of_line
 def heapify(H, n):
     """Order n unordered entries into a heap in O(n), cheaper than n pushes when a whole cache is scored."""
     for i in range((n - 2) // 4, -1, -1):
@@ -74,10 +77,10 @@ def before(s, q, s2, q2):
     return (s < s2) | ((s == s2) & (q < q2))
 
 
-@njit(cache=True)
+@out_of_line
 def compact(H, pn, cached, nchild, S, blocks):
     """Drop the stale entries of the static heap and restore its order; returns the entries kept."""
-    kept = 0
+    kept = np.int64(0)  # see out_of_line
     for i in range(pn):
         b = blocks[int(H[2 * i + 1]) - 1]
         if cached[b] and nchild[b] == 0 and H[2 * i + 1] == S[b, SEQ]:

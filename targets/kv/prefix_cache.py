@@ -42,6 +42,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit, types
 
+from targets.compiled_helpers import out_of_line
 from verifiers.compiler import FUNCTION_TYPE
 from verifiers.program import Program
 
@@ -142,7 +143,7 @@ def population_reads(features: frozenset[str]) -> int:
     return hits | age | ewma | parent | sum(bit for bit, names in _UNREAD.items() if not features & names)
 
 
-@njit(cache=True)
+@out_of_line
 def _percentiles(values, n):
     """The 50th and 90th percentiles (ranks int(q * (n - 1))) of values[:n], which this reorders.
 
@@ -155,7 +156,7 @@ def _percentiles(values, n):
     return _select(values, k90 + 1, int(0.5 * (n - 1))), p90  # the ranks up to k90 now sit in [0, k90]
 
 
-@njit(cache=True)
+@out_of_line
 def _count_percentiles(values, n, counts):
     """_percentiles of whole numbers from 0 (hits), by counting them in one pass without reordering; a value
     past the last count but one falls back to selection."""
@@ -167,7 +168,7 @@ def _count_percentiles(values, n, counts):
     return _ranked(counts, n)
 
 
-@njit(cache=True)
+@out_of_line
 def _ranked(counts, n):
     """_percentiles of n whole numbers below _HIT_COUNTS given by how many times each occurs."""
     if n == 0:
@@ -192,7 +193,7 @@ def _count_leaf(leaf_hits, hits, step):
 @njit(cache=True, inline="always")
 def _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age):
     """The evictable (unpinned) leaves into row_block, their hits and ages beside; returns how many."""
-    m = 0
+    m = np.int64(0)  # see out_of_line
     for li in range(n_leaves):
         b = leaves[li]
         if not pinned[b]:
@@ -203,7 +204,7 @@ def _collect(leaves, n_leaves, pinned, now, S, row_block, tmp_hits, tmp_age):
     return m
 
 
-@njit(cache=True)
+@out_of_line
 def _select(a, n, k):
     """The k-th smallest of a[:n] by quickselect with a three-way split (hits repeat a lot); reorders a."""
     lo, hi = 0, n - 1
@@ -339,7 +340,9 @@ def _requests(
     shares = queue_shares(capacity)
     evicting = (S, cached, nchild, parent, leaves, leaf_pos, ewma, counters)  # what an eviction changes
     walk = (blocks, next_pos, parent, block_tokens)  # what an access reads of the trace
-    n_leaves, used, seq, pn, n_dirty, hand, has_evicted = 0, 0, 0, 0, 0, -1, False
+    zero = np.int64(0)  # see out_of_line
+    n_leaves, used, seq, pn, n_dirty, hand = zero, zero, zero, zero, zero, zero - 1
+    has_evicted = np.bool_(False)
 
     for r in range(n_req):
         now, a0, n, k = arrival(r, counted_from, counters, times, offsets, blocks, cached)
@@ -402,7 +405,7 @@ def _requests(
                     marked[dirty[i]] = False
                 # the leaves themselves where no statistic collected them, else those collected (unpinned)
                 src, count = (leaves, n_leaves) if m < 0 else (row_block, m)
-                pn = 0
+                pn = zero
                 for j in range(count):
                     b = src[j]
                     if pinned[b]:
@@ -446,7 +449,7 @@ def _requests(
             for i in range(n_held):
                 pn = heap_push(H, pn, held_s[i], S[held[i], SEQ])
         elif need > 0:
-            steps, limit = 0, 4 * (used + 1)
+            steps, limit = zero, 4 * (used + 1)
             while need > 0:
                 o, n_leaves, hand, steps, has_evicted = queue_evict(
                     policy, hand, steps, limit, has_evicted, pinned, shares, queues, now, evicting, n_leaves

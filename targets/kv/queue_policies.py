@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from targets.compiled_helpers import out_of_line
+
 from .block_tree import POLICY_S3FIFO, POLICY_SIEVE, evict_leaf
 
 # Queue ids; each block sits in at most one queue (a ghost is not cached).
@@ -68,7 +70,7 @@ def _q_push_head(q, b, qid, nxt, prv, head, tail, size):
     size[q] += 1
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def _q_remove(b, qid, nxt, prv, head, tail, size):
     q = qid[b]
     if prv[b] >= 0:
@@ -83,7 +85,7 @@ def _q_remove(b, qid, nxt, prv, head, tail, size):
     size[q] -= 1
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def queue_access(b, hit, queues):
     """A queue policy sees request access b: a hit counts toward its frequency (at most 3, as both keep
     it); a miss found in S3-FIFO's ghost leaves it, marked to go to main when inserted."""
@@ -95,7 +97,7 @@ def queue_access(b, hit, queues):
         ghost_hit[b] = True
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def queue_insert(b, policy, has_evicted, small_cap, queues):
     """A block entering the cache joins SIEVE's queue, or S3-FIFO's main (back from its ghost, or while small
     is full before the first eviction) or small FIFO."""
@@ -108,7 +110,7 @@ def queue_insert(b, policy, has_evicted, small_cap, queues):
         _q_push_head(_Q_MAIN if to_main else _Q_SMALL, b, qid, nxt, prv, head, tail, size)
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def _queue_victim(policy, hand, steps, limit, pinned, nchild, queues, main_cap, ghost_cap):
     """One round of a queue policy: SIEVE moves its hand one block, S3-FIFO picks small or main once and
     pops it until a block leaves (moved blocks as each policy moves them; pinned blocks and blocks with cached
@@ -155,7 +157,7 @@ def _queue_victim(policy, hand, steps, limit, pinned, nchild, queues, main_cap, 
     return o, hand, steps
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def queue_next(policy, hand, steps, limit, has_evicted, pinned, nchild, queues, main_cap, ghost_cap):
     """The next block a queue policy evicts, taken out of its queue, or -1 if it gives none within `limit`
     steps; with the hand, the steps taken and whether S3-FIFO has evicted yet."""
@@ -171,7 +173,7 @@ def queue_next(policy, hand, steps, limit, has_evicted, pinned, nchild, queues, 
     return -1, hand, steps, has_evicted
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def queue_evict(policy, hand, steps, limit, has_evicted, pinned, shares, queues, now, tree, n_leaves):
     """The next block a queue policy evicts, taken out of its queue and out of the cache (into its ghost
     history, counted; `tree` holds evict_leaf's arrays), or -1 if it gives none within `limit` steps.

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit, types
 
+from targets.compiled_helpers import out_of_line
 from targets.kv.block_tree import (
     COUNTERS,
     HITS,
@@ -60,7 +61,7 @@ from verifiers.compiler import FUNCTION_TYPE
 
 from .features import N_TIER_COLUMNS, TIER_COLUMN
 
-GPU, HOST, DISK = 0, 1, 2
+GPU, HOST, DISK = np.int64(0), np.int64(1), np.int64(2)  # see out_of_line
 # What the replay's helpers share, one tuple `ctx` (numba passes it whole; a global int indexes it
 # statically): the keys (the modes below, then priority, keep and below), the PARAMS,
 # the scoring row, the single-tier block state, the trace's tree, its blocks, the deployment's costs
@@ -120,7 +121,7 @@ def _tier_score(f, b, tier, now, r, ctx):
     return _scored(f, ctx[_PARAMS], ctx[_ROW], ctx[_STATE], ctx[_TREE], ctx[_COSTS], state, b, tier, now, r)
 
 
-@njit(cache=True)
+@out_of_line
 def _scored(f, params, X, S, tree, costs, lower, b, tier, now, r):
     """The score itself, out of line (many places call it): the single-tier features, where the block is and
     since when, and what bringing it back from below costs against computing it again."""
@@ -144,7 +145,7 @@ def _push(H, pn, s, b, S, blocks, member, children):
     return heap_push(H, pn, s, S[b, SEQ])
 
 
-@njit(cache=True)  # not inlined: its many call sites each inlining it (and what it inlines) doubled the
+@out_of_line  # not inlined: its many call sites each inlining it (and what it inlines) doubled the
 def _relist(b, now, r, ctx):  # kernel's compile time, for a few per cent of its speed
     """Put block b in the evictable set of the tier below that holds it, or in none. A block in GPU memory is
     evictable in neither; a host block while no child has a copy in host memory (a child on disk keeps it
@@ -202,7 +203,7 @@ def _family(b, counts, step, now, r, ctx):
         _relist(p, now, r, ctx)
 
 
-@njit(cache=True)
+@out_of_line
 def _free(t, now, r, ctx):
     """Take the lowest-scored evictable block out of tier t (below GPU memory) and return it, or -1 when
     none can go; the caller says where it goes."""
@@ -210,7 +211,7 @@ def _free(t, now, r, ctx):
     H, n_heap, scored = lower[_HEAPS][t], lower[_N_HEAP], lower[_SCORED]
     epoch = lower[_EPOCH][1]
     if not ctx[_KEYS][_MODES] & STATIC_BELOW and scored[t] != epoch:  # scores from another moment: anew
-        pn = 0
+        pn = np.int64(0)  # see out_of_line
         for i in range(lower[_N_LIST][t]):
             b = lower[_LISTS][t, i]
             if not pinned[b]:
@@ -248,7 +249,7 @@ def _write(b, t, now, r, ctx):
         _family(b, lower[_KHOST], 1, now, r, ctx)
 
 
-@njit(cache=True)
+@out_of_line
 def _room_on_disk(now, r, ctx):
     """Make room for one block on disk, dropping its lowest-scored evictable blocks; False if none can go."""
     while ctx[_CAPACITIES][3 + DISK] >= ctx[_CAPACITIES][DISK]:
@@ -259,7 +260,7 @@ def _room_on_disk(now, r, ctx):
     return True
 
 
-@njit(cache=True)
+@out_of_line
 def _room_in_host(now, r, ctx):
     """Make room for one block in host memory: a victim goes to disk when there is one with room to make and
     the victim has children cached there or `keep` scores it above 0, else it leaves the cache (a child
@@ -325,7 +326,8 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
     shares = queue_shares(capacity)
     evicting = (S, gpu, nchild, parent, leaves, leaf_pos, ewma, counters)  # what a GPU eviction changes
     walk = (blocks, next_pos, parent, block_tokens)  # what an access reads of the trace
-    n_leaves, used, seq, pn, hand, has_evicted = 0, 0, 0, 0, -1, False
+    zero = np.int64(0)  # see out_of_line
+    n_leaves, used, seq, pn, hand, has_evicted = zero, zero, zero, zero, zero - 1, np.bool_(False)
 
     for r in range(n_req):
         # The longest prefix cached anywhere: in GPU memory first (it is prefix-closed), then below.
@@ -363,7 +365,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
         need = used + (n - k) - capacity
         if need > 0 and keyed:
             if not static and scored[0] != epoch[0]:  # scores from another moment: all leaves anew
-                pn = 0
+                pn = zero
                 for i in range(n_leaves):
                     b = leaves[i]
                     if not pinned[b]:
@@ -371,7 +373,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
                         pn += 1
                 heapify(H, pn)
                 scored[0] = epoch[0]
-            n_held = 0
+            n_held = zero
             while need > 0:
                 b, pn, n_held = pop_leaf(H, pn, blocks, gpu, nchild, pinned, S, held, held_s, n_held)
                 if b < 0:
@@ -384,7 +386,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             for i in range(n_held):
                 pn = _push(H, pn, held_s[i], held[i], S, blocks, gpu, nchild)
         elif need > 0:
-            steps, limit = 0, 4 * (used + 1)
+            steps, limit = zero, 4 * (used + 1)
             while need > 0:
                 b, n_leaves, hand, steps, has_evicted = queue_evict(
                     gpu_policy,
