@@ -12,8 +12,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from targets.compiled_helpers import out_of_line
-
 from .features import NEVER_S
 
 POLICY_KEY, POLICY_SIEVE, POLICY_S3FIFO, POLICY_STATIC_KEY = 0, 1, 2, 3
@@ -49,19 +47,29 @@ SKIP_TOKENS, SKIP_DEPTH, SKIP_REUSE, SKIP_EVICTIONS, SKIP_PARENT = 16, 32, 64, 1
 """Bits of fill_row's `skip`: feature groups a key does not read, left unwritten in the scoring row."""
 
 
-@njit(cache=True)
-def trace_tables(blocks, parent, block_tokens):
+def trace_tables(blocks: np.ndarray, parent: np.ndarray, block_tokens: np.ndarray) -> tuple[np.ndarray, ...]:
     """What the replay derives from the trace: the position of each access's next use (offline knowledge,
     for the Belady bound; NO_NEXT_USE if none) and each block's prefix tokens."""
     next_pos = np.empty(blocks.size, np.float64)
+    prefix_tokens = np.empty(parent.size, np.float64)
     last_pos = np.full(parent.size, NO_NEXT_USE)
+    _fill_trace_tables(blocks, parent, block_tokens, last_pos, next_pos, prefix_tokens)
+    return next_pos, prefix_tokens
+
+
+@njit(cache=True)
+def _fill_trace_tables(blocks, parent, block_tokens, last_pos, next_pos, prefix_tokens):
+    """trace_tables' loops, over the arrays it allocates (code that allocates nothing compiles faster)."""
     for a in range(blocks.size - 1, -1, -1):
         next_pos[a] = last_pos[blocks[a]]
         last_pos[blocks[a]] = a
-    prefix_tokens = np.zeros(parent.size, np.float64)
     for b in range(parent.size):  # dense ids are in first-seen order, so a parent precedes its children
         prefix_tokens[b] = block_tokens[b] + (prefix_tokens[parent[b]] if parent[b] >= 0 else 0.0)
-    return next_pos, prefix_tokens
+
+
+def longest_request(offsets: np.ndarray) -> int:
+    """The most blocks one request of the trace holds (what a request may pin at once)."""
+    return int(np.diff(offsets).max(initial=0))
 
 
 @njit(cache=True, inline="always")
@@ -128,15 +136,6 @@ def new_residency(b, now, S):
     """Block b enters the tier computed anew: its residency starts now, with no hits."""
     S[b, INSERTED] = now
     S[b, HITS] = 0.0
-
-
-@out_of_line
-def longest_request(offsets):
-    """The most blocks one request of the trace holds (what a request may pin at once)."""
-    longest = 0
-    for r in range(offsets.size - 1):
-        longest = max(longest, offsets[r + 1] - offsets[r])
-    return longest
 
 
 @njit(cache=True, inline="always")

@@ -38,11 +38,12 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba import njit, types
 
-from targets.compiled_helpers import out_of_line
+from targets.compiled_helpers import F64, F64_2D, FLAGS, I64, out_of_line
 from verifiers.compiler import FUNCTION_TYPE
 from verifiers.program import Program
 
@@ -84,7 +85,7 @@ from .block_tree import (
 )
 from .eviction_heap import before, compact, heap_push, heapify, pop_leaf
 from .features import N_COLUMNS
-from .queue_policies import new_queues, queue_access, queue_evict, queue_insert, queue_shares
+from .queue_policies import QUEUES, new_queues, queue_access, queue_evict, queue_insert, queue_shares
 
 POP_HITS, POP_AGE, READS_EWMA, READS_PARENT = 1, 2, 4, 8
 ALL_POPULATION = POP_HITS | POP_AGE | READS_EWMA | READS_PARENT
@@ -235,21 +236,23 @@ _NO_QUEUE = -2
 """What _queue_victim returns when the queue it would evict from is empty."""
 
 
-def _replay(
-    f,
-    params,
-    policy,
-    population,
-    capacity,
-    times,
-    offsets,
-    blocks,
-    parent,
-    depth,
-    block_tokens,
-    record,
-    counted_from,
-):
+def replay_arrays(
+    f: Any,
+    params: np.ndarray,
+    policy: int,
+    population: int,
+    capacity: int,
+    times: np.ndarray,
+    offsets: np.ndarray,
+    blocks: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    block_tokens: np.ndarray,
+    record: bool,
+    counted_from: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replay a trace's requests through the cache under key f (or a built-in queue): its counters, each
+    request's hit blocks and, with `record`, each counted eviction's request and block."""
     n_req = offsets.size - 1
     nb = parent.size
     n_acc = blocks.size
@@ -296,7 +299,7 @@ def _replay(
     ev_req = np.empty(n_acc if record else 0, np.int64)
     ev_block = np.empty(n_acc if record else 0, np.int64)
 
-    _requests(
+    _kernel()(
         f,
         params,
         policy,
@@ -315,13 +318,12 @@ def _replay(
     return counters, req_hits, ev_req[:n_ev], ev_block[:n_ev]
 
 
-@njit(cache=True, _nrt=False)
 def _requests(
     f, params, policy, population, capacity, record, counted_from, trace, state, scratch, heap, queues, out
 ):
-    """The requests in turn, over the arrays _replay made; compiled without reference counting, which inlined
-    helpers taking arrays would otherwise pay for with atomic increments at every eviction (a quarter of a
-    replay), and safe as it allocates nothing."""
+    """The requests in turn, over the arrays `replay_arrays` made (the kernel); compiled without reference
+    counting, which inlined helpers taking arrays would otherwise pay for with atomic increments at every
+    eviction (a quarter of a replay), and safe as it allocates nothing."""
     times, offsets, blocks, parent, depth, block_tokens, prefix_tokens, next_pos = trace
     tree = (parent, depth, block_tokens, prefix_tokens)  # what scoring reads of the trace
     S, cached, pinned, seen, nchild, leaves, leaf_pos = state
@@ -529,26 +531,24 @@ def _score_now(f, params, X, b, now, requests, S, tree, skip):
     return s if s == s else -np.inf
 
 
-_I64 = types.int64[::1]
-_F64 = types.float64[::1]
-_SIGNATURE = types.Tuple((_I64, _I64, _I64, _I64))(
+_SIGNATURE = types.void(
     FUNCTION_TYPE,
-    _F64,
+    F64,
     types.int64,
     types.int64,
     types.int64,
-    _F64,
-    _I64,
-    _I64,
-    _I64,
-    _I64,
-    _I64,
     types.boolean,
     types.int64,
+    types.Tuple((F64, I64, I64, I64, I64, I64, F64, F64)),
+    types.Tuple((F64_2D, FLAGS, FLAGS, FLAGS, I64, I64, I64)),
+    types.Tuple((F64_2D, I64, F64, F64, I64, I64, F64, I64, FLAGS)),
+    types.Tuple((F64, I64, F64)),
+    QUEUES,
+    types.Tuple((I64, I64, F64, F64, F64, I64, I64)),
 )
 
 
 @functools.cache
-def compiled_replay() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """The replay kernel, compiled on first use and cached on disk by numba."""
-    return njit(_SIGNATURE, cache=True)(_replay)
+def _kernel() -> Callable[..., None]:
+    """The replay's compiled loop, compiled on first use and cached on disk by numba."""
+    return njit(_SIGNATURE, cache=True, _nrt=False)(_requests)

@@ -8,9 +8,9 @@ tests/targets/kv/test_libcachesim_differential.py checks.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
-from targets.compiled_helpers import out_of_line
+from targets.compiled_helpers import FLAGS, I64, out_of_line
 
 from .block_tree import POLICY_S3FIFO, POLICY_SIEVE, evict_leaf
 
@@ -31,8 +31,7 @@ _NO_QUEUE = -2
 """What _queue_victim returns when the queue it would evict from is empty."""
 
 
-@njit(cache=True)
-def new_queues(blocks, policy):
+def new_queues(blocks: int, policy: int) -> tuple[np.ndarray, ...]:
     """The queues' arrays for a trace of `blocks` blocks: per block (queue id, next toward the tail, previous
     toward the head, frequency, found in the ghost) and per queue (head, tail, size); a key's replay, which
     runs no queue, gets empty per-block arrays."""
@@ -47,6 +46,10 @@ def new_queues(blocks, policy):
         np.zeros(n, np.int64),
         np.zeros(n, np.bool_),
     )
+
+
+QUEUES = types.Tuple((I64, I64, I64, I64, I64, I64, I64, FLAGS))
+"""The type of new_queues' arrays in a kernel's signature."""
 
 
 @njit(cache=True, inline="always")

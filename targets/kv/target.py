@@ -40,10 +40,10 @@ from .generators import GENERATORS
 from .kernels import cost_model, engine_metrics, prefill_ms_saved, prefill_ms_total
 from .prefix_cache import (
     ALL_POPULATION,
-    compiled_replay,
     key_policy,
     key_reads,
     population_reads,
+    replay_arrays,
 )
 from .properties import PROPERTIES
 from .trace import Trace, load_mooncake, whole_blocks
@@ -311,7 +311,7 @@ def replay_trace(
     The counters and recorded evictions start at request `counted_from`; the requests before only warm up.
     """
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    return compiled_replay()(key, params, policy, population, capacity, *arrays, record, counted_from)
+    return replay_arrays(key, params, policy, population, capacity, *arrays, record, counted_from)
 
 
 def rates(counts: Mapping[str, int]) -> dict[str, float]:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba import njit, types
 
-from targets.compiled_helpers import out_of_line
+from targets.compiled_helpers import F64, F64_2D, FLAGS, FLAGS_2D, I64, I64_2D, out_of_line
 from targets.kv.block_tree import (
     COUNTERS,
     HITS,
@@ -56,33 +57,66 @@ from targets.kv.block_tree import (
 )
 from targets.kv.block_tree import fill_row as fill_block_row
 from targets.kv.eviction_heap import compact, heap_push, heapify, pop_leaf
-from targets.kv.queue_policies import new_queues, queue_access, queue_evict, queue_insert, queue_shares
+from targets.kv.queue_policies import (
+    QUEUES,
+    new_queues,
+    queue_access,
+    queue_evict,
+    queue_insert,
+    queue_shares,
+)
 from verifiers.compiler import FUNCTION_TYPE
 
 from .features import N_TIER_COLUMNS, TIER_COLUMN
 
 GPU, HOST, DISK = np.int64(0), np.int64(1), np.int64(2)  # see out_of_line
-# What the replay's helpers share, one tuple `ctx` (numba passes it whole; a global int indexes it
-# statically): the keys (the modes below, then priority, keep and below), the PARAMS,
-# the scoring row, the single-tier block state, the trace's tree, its blocks, the deployment's costs
-# (prefill per request and reuse, then per block recompute, host load, disk load), the GPU tier's flags (in
-# GPU memory, pinned, children there), the tiers below, the counters, and the capacities (GPU, host, disk)
-# followed by each one's use.
-_KEYS, _PARAMS, _ROW, _STATE, _TREE, _BLOCKS, _COSTS, _FLAGS, _LOWER, _COUNTERS, _CAPACITIES = range(11)
+# What the replay's helpers share, one tuple `ctx`: the keys (the modes below, then priority, keep and
+# below), the PARAMS, the scoring row, the single-tier block state, the trace's blocks, the prefill table (per
+# request and reuse), the per-block arrays `ints`, `floats` and `flags`, the evictable sets of the tiers
+# below and their heaps, the per-tier counts (`tiers`) and epochs (`moments`), scratch for the pinned blocks
+# a pop passes over, and the counters. Few arrays of many rows, not one array per row: numba passes a tuple
+# to a helper that is not inlined as every word of every array in it, so the fewer arrays, the cheaper each
+# call and the smaller the kernel to compile (with 33 arrays it took ~40 % longer to compile and its calls
+# were most of a replay's time).
+(
+    _KEYS,
+    _PARAMS,
+    _ROW,
+    _STATE,
+    _BLOCKS,
+    _PREFILL,
+    _INTS,
+    _FLOATS,
+    _FLAGS,
+    _LISTS,
+    _HEAPS,
+    _TIERS,
+    _EPOCHS,
+    _HELD,
+    _HELD_S,
+    _COUNTERS,
+) = range(16)
 _MODES, _PRIORITY, _KEEP, _BELOW = range(4)
 STATIC_BELOW, BELOW_READS_PARENT, PRIORITY_READS_PARENT = 1, 2, 4
 """Bits of `keys[_MODES]`: below's key reads no time-varying feature (one heap across requests); below's or
 priority's reads a parent's feature, which a sibling's request changes at any moment. A time-varying key
 that reads none scores its tier's evictable set anew when the clock has moved since it last did, else only
 the blocks touched since (as the single-tier cache does); one that reads one, at every request."""
-_PREFILL, _RECOMPUTE, _HOST_MS, _DISK_MS = range(4)
-# The tiers below, per block (the tier of its copy, its children cached anywhere and with a copy in host
-# memory, when it entered GPU memory and the tier below, the evictable set it is in and its place there),
-# per tier (membership, the set's blocks and size, its heap and entries, the epoch a time-varying key last
-# scored it at: GPU memory's at 0), scratch for the pinned blocks a pop passes over, and the epochs of now
-# (GPU memory's and the tiers below's: the time, or the request where the key reads a parent's feature).
-(_LOW, _KIDS, _KHOST, _GPU_SINCE, _LOW_SINCE, _WHERE, _LIST_POS) = range(7)
-(_MEMBER, _LISTS, _N_LIST, _HEAPS, _N_HEAP, _SCORED, _HELD, _HELD_S, _EPOCH) = range(7, 16)
+# Rows of ints, per block: the trace's tree (parent, depth, tokens), children in GPU memory, the tier of its
+# copy below, its children cached anywhere and with a copy in host memory, the evictable set it is in and
+# its place there.
+(_PARENT, _DEPTH, _TOKENS, _NCHILD, _LOW, _KIDS, _KHOST, _WHERE, _LIST_POS) = range(9)
+# Rows of floats, per block: its prefix tokens, when it entered GPU memory and the tier below, and the
+# deployment's costs of computing it again, loading it from host memory and from disk.
+(_PREFIX, _GPU_SINCE, _LOW_SINCE, _RECOMPUTE, _HOST_MS, _DISK_MS) = range(6)
+# Rows of flags, per block: in GPU memory, pinned, and a member of tier t's evictable set (row _IN_SET + t).
+_IN_GPU, _PINNED, _IN_SET = 0, 1, 1
+# Rows of `tiers`, per tier (GPU memory's column unused where it has no such thing): the size of its
+# evictable set and of its heap, its capacity and its use. Rows of `moments`, per tier: the epoch its key
+# last scored its set at, and the epoch of now (the time, or the request where the key reads a parent's
+# feature).
+_N_LIST, _N_HEAP, _CAPACITY, _USED = range(4)
+_SCORED, _EPOCH = range(2)
 TIER_COUNTERS = (
     *COUNTERS,
     "host_hits",
@@ -116,23 +150,21 @@ written to each tier, blocks leaving each tier, and writes that found no room to
 @njit(cache=True, inline="always")
 def _tier_score(f, b, tier, now, r, ctx):
     """Block b's score under key f as it sits in (or, for `keep`, leaves) `tier`."""
-    lower = ctx[_LOWER]
-    state = (lower[_LOW], lower[_GPU_SINCE], lower[_LOW_SINCE])
-    return _scored(f, ctx[_PARAMS], ctx[_ROW], ctx[_STATE], ctx[_TREE], ctx[_COSTS], state, b, tier, now, r)
+    return _scored(f, ctx[_PARAMS], ctx[_ROW], ctx[_STATE], ctx[_INTS], ctx[_FLOATS], b, tier, now, r)
 
 
 @out_of_line
-def _scored(f, params, X, S, tree, costs, lower, b, tier, now, r):
+def _scored(f, params, X, S, ints, floats, b, tier, now, r):
     """The score itself, out of line (many places call it): the single-tier features, where the block is and
     since when, and what bringing it back from below costs against computing it again."""
-    low, gpu_since, low_since = lower
-    fill_block_row(X, b, now, r + 1.0, S, tree, 0)
+    fill_block_row(X, b, now, r + 1.0, S, (ints[_PARENT], ints[_DEPTH], ints[_TOKENS], floats[_PREFIX]), 0)
+    low = ints[_LOW, b]
     X[0, TIER_COLUMN] = tier
-    X[0, TIER_COLUMN + 1] = 1.0 if tier == GPU and low[b] > 0 else 0.0
-    X[0, TIER_COLUMN + 2] = now - (gpu_since[b] if tier == GPU else low_since[b])
-    from_host = tier == GPU or (tier == HOST and low[b] == HOST)  # a block leaving host memory goes to disk
-    X[0, TIER_COLUMN + 3] = costs[_HOST_MS][b] if from_host else costs[_DISK_MS][b]
-    X[0, TIER_COLUMN + 4] = costs[_RECOMPUTE][b]
+    X[0, TIER_COLUMN + 1] = 1.0 if tier == GPU and low > 0 else 0.0
+    X[0, TIER_COLUMN + 2] = now - (floats[_GPU_SINCE, b] if tier == GPU else floats[_LOW_SINCE, b])
+    from_host = tier == GPU or (tier == HOST and low == HOST)  # a block leaving host memory goes to disk
+    X[0, TIER_COLUMN + 3] = floats[_HOST_MS, b] if from_host else floats[_DISK_MS, b]
+    X[0, TIER_COLUMN + 4] = floats[_RECOMPUTE, b]
     s = f(X, 0, params)
     return s if s == s else -np.inf
 
@@ -145,61 +177,67 @@ def _push(H, pn, s, b, S, blocks, member, children):
     return heap_push(H, pn, s, S[b, SEQ])
 
 
-@out_of_line  # not inlined: its many call sites each inlining it (and what it inlines) doubled the
-def _relist(b, now, r, ctx):  # kernel's compile time, for a few per cent of its speed
+@out_of_line
+def _relist(b, now, r, ctx):
     """Put block b in the evictable set of the tier below that holds it, or in none. A block in GPU memory is
     evictable in neither; a host block while no child has a copy in host memory (a child on disk keeps it
-    cached there); a disk block while it has no child cached anywhere. A key that keeps its heap across
-    requests, or has scored this request's set already, scores the block as it joins."""
-    lower = ctx[_LOWER]
-    low, kids, khost, where, list_pos = (
-        lower[_LOW],
-        lower[_KIDS],
-        lower[_KHOST],
-        lower[_WHERE],
-        lower[_LIST_POS],
-    )
-    member, lists, n_list = lower[_MEMBER], lower[_LISTS], lower[_N_LIST]
-    t = 0 if ctx[_FLAGS][0][b] else low[b]
-    want = t if (t == HOST and khost[b] == 0) or (t == DISK and kids[b] == 0) else 0
-    cur = where[b]
-    if cur == want:
-        return
+    cached there); a disk block while it has no child cached anywhere. Most calls change nothing: small, this
+    check is inlined by LLVM where numba leaves it out of line, and only a change leaves the caller's code."""
+    ints = ctx[_INTS]
+    t = 0 if ctx[_FLAGS][_IN_GPU, b] else ints[_LOW, b]
+    want = t if (t == HOST and ints[_KHOST, b] == 0) or (t == DISK and ints[_KIDS, b] == 0) else 0
+    if ints[_WHERE, b] != want:
+        _move(b, want, now, r, ctx)
+
+
+@out_of_line  # not inlined: its many call sites each inlining it (and what it inlines) doubled the
+def _move(b, want, now, r, ctx):  # kernel's compile time, for a few per cent of its speed
+    """Move block b from the evictable set it is in (0: none) to tier `want`'s (0: none). A key that keeps
+    its heap across requests, or has scored this request's set already, scores the block as it joins."""
+    ints, flags, lists, n_list = ctx[_INTS], ctx[_FLAGS], ctx[_LISTS], ctx[_TIERS][_N_LIST]
+    cur = ints[_WHERE, b]
     if cur > 0:
         last = lists[cur, n_list[cur] - 1]
-        lists[cur, list_pos[b]] = last
-        list_pos[last] = list_pos[b]
+        lists[cur, ints[_LIST_POS, b]] = last
+        ints[_LIST_POS, last] = ints[_LIST_POS, b]
         n_list[cur] -= 1
-        member[cur, b] = False
-    where[b] = want
+        flags[_IN_SET + cur, b] = False
+    ints[_WHERE, b] = want
     if want > 0:
-        list_pos[b] = n_list[want]
+        ints[_LIST_POS, b] = n_list[want]
         lists[want, n_list[want]] = b
         n_list[want] += 1
-        member[want, b] = True
-        if ctx[_KEYS][_MODES] & STATIC_BELOW or lower[_SCORED][want] == lower[_EPOCH][1]:
+        flags[_IN_SET + want, b] = True
+        moments = ctx[_EPOCHS]
+        if ctx[_KEYS][_MODES] & STATIC_BELOW or moments[_SCORED, want] == moments[_EPOCH, want]:
             _push_below(b, want, now, r, ctx)
+
+
+@njit(cache=True, inline="always")
+def _children_below(t, ctx):
+    """The children that keep a block of tier t (below GPU memory) cached there: those with a copy in host
+    memory for a host block, those cached anywhere for a disk block."""
+    return ctx[_INTS][_KHOST if t == HOST else _KIDS]
 
 
 @njit(cache=True, inline="always")
 def _push_below(b, t, now, r, ctx):
     """Score block b, evictable in tier t below, onto that tier's heap."""
-    lower = ctx[_LOWER]
     s = _tier_score(ctx[_KEYS][_BELOW], b, t, now, r, ctx)
-    children = lower[_KHOST] if t == HOST else lower[_KIDS]
-    H = lower[_HEAPS][t]
-    lower[_N_HEAP][t] = _push(
-        H, lower[_N_HEAP][t], s, b, ctx[_STATE], ctx[_BLOCKS], lower[_MEMBER][t], children
-    )
+    n_heap = ctx[_TIERS][_N_HEAP]
+    member = ctx[_FLAGS][_IN_SET + t]
+    children = _children_below(t, ctx)
+    n_heap[t] = _push(ctx[_HEAPS][t], n_heap[t], s, b, ctx[_STATE], ctx[_BLOCKS], member, children)
 
 
 @njit(cache=True, inline="always")
 def _family(b, counts, step, now, r, ctx):
-    """Block b's parent has one child more (step 1) or fewer (-1) among `counts` (children cached in any
-    tier, or with a copy in host memory), which decides whether the parent is evictable below."""
-    p = ctx[_TREE][0][b]
+    """Block b's parent has one child more (step 1) or fewer (-1) among the row `counts` of `ints`
+    (children cached in any tier, or with a copy in host memory): whether the parent is evictable below."""
+    ints = ctx[_INTS]
+    p = ints[_PARENT, b]
     if p >= 0:
-        counts[p] += step
+        ints[counts, p] += step
         _relist(p, now, r, ctx)
 
 
@@ -207,56 +245,56 @@ def _family(b, counts, step, now, r, ctx):
 def _free(t, now, r, ctx):
     """Take the lowest-scored evictable block out of tier t (below GPU memory) and return it, or -1 when
     none can go; the caller says where it goes."""
-    S, blocks, pinned, lower = ctx[_STATE], ctx[_BLOCKS], ctx[_FLAGS][1], ctx[_LOWER]
-    H, n_heap, scored = lower[_HEAPS][t], lower[_N_HEAP], lower[_SCORED]
-    epoch = lower[_EPOCH][1]
-    if not ctx[_KEYS][_MODES] & STATIC_BELOW and scored[t] != epoch:  # scores from another moment: anew
+    S, blocks, pinned = ctx[_STATE], ctx[_BLOCKS], ctx[_FLAGS][_PINNED]
+    ints, tiers, moments = ctx[_INTS], ctx[_TIERS], ctx[_EPOCHS]
+    H, n_heap = ctx[_HEAPS][t], tiers[_N_HEAP]
+    if not ctx[_KEYS][_MODES] & STATIC_BELOW and moments[_SCORED, t] != moments[_EPOCH, t]:  # scored earlier
         pn = np.int64(0)  # see out_of_line
-        for i in range(lower[_N_LIST][t]):
-            b = lower[_LISTS][t, i]
+        for i in range(tiers[_N_LIST, t]):
+            b = ctx[_LISTS][t, i]
             if not pinned[b]:
                 H[2 * pn], H[2 * pn + 1] = _tier_score(ctx[_KEYS][_BELOW], b, t, now, r, ctx), S[b, SEQ]
                 pn += 1
         heapify(H, pn)
         n_heap[t] = pn
-        scored[t] = epoch
-    children = lower[_KHOST] if t == HOST else lower[_KIDS]
-    held, held_s = lower[_HELD], lower[_HELD_S]
-    b, pn, n_held = pop_leaf(H, n_heap[t], blocks, lower[_MEMBER][t], children, pinned, S, held, held_s, 0)
+        moments[_SCORED, t] = moments[_EPOCH, t]
+    held, held_s = ctx[_HELD], ctx[_HELD_S]
+    member, children = ctx[_FLAGS][_IN_SET + t], _children_below(t, ctx)
+    b, pn, n_held = pop_leaf(H, n_heap[t], blocks, member, children, pinned, S, held, held_s, 0)
     for i in range(n_held):  # the request's own blocks stay below until it has them in GPU memory
         pn = heap_push(H, pn, held_s[i], S[held[i], SEQ])
     n_heap[t] = pn
     if b >= 0:
-        lower[_LOW][b] = 0
-        ctx[_CAPACITIES][3 + t] -= 1
+        ints[_LOW, b] = 0
+        tiers[_USED, t] -= 1
         ctx[_COUNTERS][_HOST_EVICTIONS if t == HOST else _DISK_EVICTIONS] += 1
         _relist(b, now, r, ctx)
         if t == HOST:
-            _family(b, lower[_KHOST], -1, now, r, ctx)
+            _family(b, _KHOST, -1, now, r, ctx)
     return b
 
 
 @njit(cache=True, inline="always")
 def _write(b, t, now, r, ctx):
     """Put block b's copy in tier t, which has room."""
-    lower = ctx[_LOWER]
-    lower[_LOW][b] = t
-    lower[_LOW_SINCE][b] = now
-    ctx[_CAPACITIES][3 + t] += 1
+    ctx[_INTS][_LOW, b] = t
+    ctx[_FLOATS][_LOW_SINCE, b] = now
+    ctx[_TIERS][_USED, t] += 1
     ctx[_COUNTERS][_HOST_WRITES if t == HOST else _DISK_WRITES] += 1
     _relist(b, now, r, ctx)
     if t == HOST:
-        _family(b, lower[_KHOST], 1, now, r, ctx)
+        _family(b, _KHOST, 1, now, r, ctx)
 
 
 @out_of_line
 def _room_on_disk(now, r, ctx):
     """Make room for one block on disk, dropping its lowest-scored evictable blocks; False if none can go."""
-    while ctx[_CAPACITIES][3 + DISK] >= ctx[_CAPACITIES][DISK]:
+    tiers = ctx[_TIERS]
+    while tiers[_USED, DISK] >= tiers[_CAPACITY, DISK]:
         v = _free(DISK, now, r, ctx)
         if v < 0:
             return False
-        _family(v, ctx[_LOWER][_KIDS], -1, now, r, ctx)
+        _family(v, _KIDS, -1, now, r, ctx)
     return True
 
 
@@ -265,16 +303,16 @@ def _room_in_host(now, r, ctx):
     """Make room for one block in host memory: a victim goes to disk when there is one with room to make and
     the victim has children cached there or `keep` scores it above 0, else it leaves the cache (a child
     left on disk waits for it to be computed again). False if no block can go."""
-    kids, capacities = ctx[_LOWER][_KIDS], ctx[_CAPACITIES]
-    while capacities[3 + HOST] >= capacities[HOST]:
+    ints, tiers = ctx[_INTS], ctx[_TIERS]
+    while tiers[_USED, HOST] >= tiers[_CAPACITY, HOST]:
         v = _free(HOST, now, r, ctx)
         if v < 0:
             return False
-        keep = kids[v] > 0 or _tier_score(ctx[_KEYS][_KEEP], v, HOST, now, r, ctx) > 0.0
-        if capacities[DISK] > 0 and keep and _room_on_disk(now, r, ctx):
+        keep = ints[_KIDS, v] > 0 or _tier_score(ctx[_KEYS][_KEEP], v, HOST, now, r, ctx) > 0.0
+        if tiers[_CAPACITY, DISK] > 0 and keep and _room_on_disk(now, r, ctx):
             _write(v, DISK, now, r, ctx)
         else:
-            _family(v, kids, -1, now, r, ctx)
+            _family(v, _KIDS, -1, now, r, ctx)
     return True
 
 
@@ -282,7 +320,9 @@ def _room_in_host(now, r, ctx):
 def _keep_below(b, forced, now, r, ctx):
     """Write block b, leaving GPU memory (or entering it, with write-through), to host memory if it must
     stay cached (`forced`) or `keep` scores it above 0, and room can be made; whether it is still cached."""
-    if ctx[_CAPACITIES][HOST] > 0 and (forced or _tier_score(ctx[_KEYS][_KEEP], b, GPU, now, r, ctx) > 0.0):
+    if ctx[_TIERS][_CAPACITY, HOST] == 0:
+        return False
+    if forced or _tier_score(ctx[_KEYS][_KEEP], b, GPU, now, r, ctx) > 0.0:
         if _room_in_host(now, r, ctx):
             _write(b, HOST, now, r, ctx)
             return True
@@ -290,36 +330,35 @@ def _keep_below(b, forced, now, r, ctx):
     return False
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def _demoted(b, now, r, ctx):
     """Block b has just left GPU memory: a copy below stays (and may now be evicted there), else it is
     kept below if it must (children cached below need it) or `keep` says so and room is made, else it
     leaves the cache."""
-    low, kids = ctx[_LOWER][_LOW], ctx[_LOWER][_KIDS]
-    if low[b] > 0:
+    ints = ctx[_INTS]
+    if ints[_LOW, b] > 0:
         _relist(b, now, r, ctx)
-    elif not _keep_below(b, kids[b] > 0, now, r, ctx):
-        _family(b, kids, -1, now, r, ctx)
+    elif not _keep_below(b, ints[_KIDS, b] > 0, now, r, ctx):
+        _family(b, _KIDS, -1, now, r, ctx)
 
 
-@njit(cache=True, _nrt=False)
 def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_keyed, queues, out):
-    """The requests in turn, over the arrays _replay_tiered made (without reference counting, as the
-    single-tier replay, since it allocates nothing)."""
-    S, blocks, counters, capacities = ctx[_STATE], ctx[_BLOCKS], ctx[_COUNTERS], ctx[_CAPACITIES]
-    modes, f_gpu = ctx[_KEYS][_MODES], ctx[_KEYS][_PRIORITY]
+    """The requests in turn, over the arrays replay_tiered_arrays made (the kernel; without reference
+    counting, as the single-tier replay's, since it allocates nothing)."""
+    S, blocks, counters = ctx[_STATE], ctx[_BLOCKS], ctx[_COUNTERS]
+    ints, floats, moments = ctx[_INTS], ctx[_FLOATS], ctx[_EPOCHS]
+    modes, f_gpu, prefill = ctx[_KEYS][_MODES], ctx[_KEYS][_PRIORITY], ctx[_PREFILL]
     times, offsets, next_pos = trace
-    parent, block_tokens = ctx[_TREE][0], ctx[_TREE][2]
-    prefill, host_ms, disk_ms = ctx[_COSTS][_PREFILL], ctx[_COSTS][_HOST_MS], ctx[_COSTS][_DISK_MS]
-    gpu, pinned, nchild = ctx[_FLAGS]
-    lower = ctx[_LOWER]
-    low, kids, gpu_since, where = lower[_LOW], lower[_KIDS], lower[_GPU_SINCE], lower[_WHERE]
-    scored, epoch = lower[_SCORED], lower[_EPOCH]
+    parent, block_tokens, nchild = ints[_PARENT], ints[_TOKENS], ints[_NCHILD]
+    low, where = ints[_LOW], ints[_WHERE]
+    host_ms, disk_ms, gpu_since = floats[_HOST_MS], floats[_DISK_MS], floats[_GPU_SINCE]
+    gpu, pinned = ctx[_FLAGS][_IN_GPU], ctx[_FLAGS][_PINNED]
+    scored, epoch = moments[_SCORED], moments[_EPOCH]
     seen, leaves, leaf_pos, H, held, held_s, ewma = gpu_keyed
     ttft, req_turns, req_gaps = out
     ghost_hit = queues[7]
     n_req = offsets.size - 1
-    capacity = capacities[GPU]
+    capacity = ctx[_TIERS][_CAPACITY, GPU]
     static = gpu_policy == POLICY_STATIC_KEY
     keyed = static or gpu_policy == POLICY_KEY
     queued = gpu_policy in (POLICY_SIEVE, POLICY_S3FIFO)
@@ -332,8 +371,8 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
     for r in range(n_req):
         # The longest prefix cached anywhere: in GPU memory first (it is prefix-closed), then below.
         now, a0, n, k = arrival(r, counted_from, counters, times, offsets, blocks, gpu)
-        epoch[0] = r if modes & PRIORITY_READS_PARENT else now
-        epoch[1] = r if modes & BELOW_READS_PARENT else now
+        epoch[GPU] = r if modes & PRIORITY_READS_PARENT else now
+        epoch[HOST] = epoch[DISK] = r if modes & BELOW_READS_PARENT else now
         found = k
         while found < n and low[blocks[a0 + found]] > 0:
             found += 1
@@ -364,7 +403,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
 
         need = used + (n - k) - capacity
         if need > 0 and keyed:
-            if not static and scored[0] != epoch[0]:  # scores from another moment: all leaves anew
+            if not static and scored[GPU] != epoch[GPU]:  # scores from another moment: all leaves anew
                 pn = zero
                 for i in range(n_leaves):
                     b = leaves[i]
@@ -372,7 +411,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
                         H[2 * pn], H[2 * pn + 1] = _tier_score(f_gpu, b, GPU, now, r, ctx), S[b, SEQ]
                         pn += 1
                 heapify(H, pn)
-                scored[0] = epoch[0]
+                scored[GPU] = epoch[GPU]
             n_held = zero
             while need > 0:
                 b, pn, n_held = pop_leaf(H, pn, blocks, gpu, nchild, pinned, S, held, held_s, n_held)
@@ -413,7 +452,7 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             gpu_since[b] = now
             if low[b] == 0:  # computed anew: a new residency
                 new_residency(b, now, S)
-                _family(b, kids, 1, now, r, ctx)
+                _family(b, _KIDS, 1, now, r, ctx)
             else:
                 _relist(b, now, r, ctx)  # in GPU memory again: no longer evictable below
             n_leaves, _ = leaf_add(b, parent, nchild, leaves, leaf_pos, n_leaves)
@@ -428,63 +467,64 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
             pinned[b] = False
             if queued:
                 ghost_hit[b] = False
-            if gpu[b] and nchild[b] == 0 and (static or scored[0] == epoch[0]):  # touched: scored anew
+            if gpu[b] and nchild[b] == 0 and (static or scored[GPU] == epoch[GPU]):  # touched: scored anew
                 pn = _push(H, pn, _tier_score(f_gpu, b, GPU, now, r, ctx), b, S, blocks, gpu, nchild)
-            elif not gpu[b] and where[b] > 0 and (modes & STATIC_BELOW or scored[where[b]] == epoch[1]):
+            elif not gpu[b] and where[b] > 0 and (modes & STATIC_BELOW or scored[where[b]] == epoch[HOST]):
                 _push_below(b, where[b], now, r, ctx)  # found below, not taken in, touched: scored anew
 
 
-def _replay_tiered(
-    keys,
-    params,
-    gpu_policy,
-    capacities,
-    write_through,
-    times,
-    offsets,
-    blocks,
-    parent,
-    depth,
-    block_tokens,
-    costs,
-    counted_from,
-):
+def replay_tiered_arrays(
+    keys: tuple[Any, ...],
+    params: np.ndarray,
+    gpu_policy: int,
+    capacities: np.ndarray,
+    write_through: bool,
+    times: np.ndarray,
+    offsets: np.ndarray,
+    blocks: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    block_tokens: np.ndarray,
+    costs: tuple[np.ndarray, ...],
+    counted_from: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replay a trace's requests through the tiers under `keys` (the modes, then priority, keep and below)
+    with GPU memory run by `gpu_policy`: the counters (TIER_COUNTERS) and each request's time to first token
+    (ms); `costs` are the deployment's (request_costs)."""
     n_req = offsets.size - 1
     nb = parent.size
-    capacities = np.minimum(
-        capacities, nb
-    )  # a tier that holds every block of the trace never evicts: sized so
+    capacities = np.minimum(capacities, nb)  # a tier that holds every block of the trace never evicts
     next_pos, prefix_tokens = trace_tables(blocks, parent, block_tokens)
     max_len = longest_request(offsets)
 
-    S = np.zeros((nb, N_STATE), np.float64)
-    X = np.zeros((1, N_TIER_COLUMNS), np.float64)
-    flags = (np.zeros(nb, np.bool_), np.zeros(nb, np.bool_), np.zeros(nb, np.int64))
+    ints = np.zeros((_LIST_POS + 1, nb), np.int64)
+    ints[_PARENT], ints[_DEPTH], ints[_TOKENS] = parent, depth, block_tokens
+    floats = np.zeros((_DISK_MS + 1, nb), np.float64)
+    floats[_PREFIX] = prefix_tokens
+    floats[_RECOMPUTE], floats[_HOST_MS], floats[_DISK_MS] = costs[1], costs[2], costs[3]
     room = max(min(capacities[HOST], nb), min(capacities[DISK], nb))
     room = 2 * room + 2 * max_len + 16 if room > 0 else 0  # a heap below holds its tier and stale entries
-    lower = (
-        np.zeros(nb, np.int64),  # low
-        np.zeros(nb, np.int64),  # kids
-        np.zeros(nb, np.int64),  # khost
-        np.zeros(nb, np.float64),  # gpu_since
-        np.zeros(nb, np.float64),  # low_since
-        np.zeros(nb, np.int64),  # where
-        np.zeros(nb, np.int64),  # list_pos
-        np.zeros((3, nb if room else 0), np.bool_),  # member
-        np.empty((3, nb if room else 0), np.int64),  # lists
-        np.zeros(3, np.int64),  # n_list
-        np.empty((3, 2 * room), np.float64),  # heaps
-        np.zeros(3, np.int64),  # n_heap
-        np.full(3, np.nan),  # scored
+    tiers = np.zeros((_USED + 1, 3), np.int64)
+    tiers[_CAPACITY] = capacities
+    counters = np.zeros(len(TIER_COUNTERS), np.int64)
+    ctx = (
+        keys,
+        params,
+        np.zeros((1, N_TIER_COLUMNS), np.float64),  # the scoring row
+        np.zeros((nb, N_STATE), np.float64),  # the block state
+        blocks,
+        costs[0],
+        ints,
+        floats,
+        np.zeros((_IN_SET + DISK + 1, nb), np.bool_),  # flags
+        np.empty((3, nb if room else 0), np.int64),  # the evictable sets below
+        np.empty((3, 2 * room), np.float64),  # their heaps
+        tiers,
+        np.full((_EPOCH + 1, 3), np.nan),  # moments
         np.empty(max_len + 1, np.int64),  # held
         np.empty(max_len + 1, np.float64),  # held_s
-        np.zeros(2, np.float64),  # epoch
+        counters,
     )
-    counters = np.zeros(len(TIER_COUNTERS), np.int64)
-    used = np.zeros(6, np.int64)
-    used[:3] = capacities
-    tree = (parent, depth, block_tokens, prefix_tokens)
-    ctx = (keys, params, X, S, tree, blocks, costs, flags, lower, counters, used)
 
     keyed = gpu_policy in (POLICY_STATIC_KEY, POLICY_KEY)
     gpu_room = 2 * capacities[GPU] + 2 * max_len + 16 if keyed else 0
@@ -497,35 +537,45 @@ def _replay_tiered(
         np.empty(max_len + 1, np.float64),  # held_s
         np.zeros(4, np.float64),  # ewma
     )
-    queues = new_queues(nb, gpu_policy)
     ttft = np.zeros(n_req, np.float64)
     out = (ttft, np.ones(n_req, np.float64), np.zeros(n_req, np.float64))
-    _tiered_requests(
-        ctx, gpu_policy, write_through, counted_from, (times, offsets, next_pos), gpu_keyed, queues, out
-    )
+    trace = (times, offsets, next_pos)
+    _kernel()(ctx, gpu_policy, write_through, counted_from, trace, gpu_keyed, new_queues(nb, gpu_policy), out)
     return counters, ttft
 
 
-_I64 = types.int64[::1]
-_F64 = types.float64[::1]
-_SIGNATURE = types.Tuple((_I64, _F64))(
-    types.Tuple((types.int64, FUNCTION_TYPE, FUNCTION_TYPE, FUNCTION_TYPE)),
-    _F64,
+_SIGNATURE = types.void(
+    types.Tuple(
+        (
+            types.Tuple((types.int64, FUNCTION_TYPE, FUNCTION_TYPE, FUNCTION_TYPE)),
+            F64,
+            F64_2D,
+            F64_2D,
+            I64,
+            F64,
+            I64_2D,
+            F64_2D,
+            FLAGS_2D,
+            I64_2D,
+            F64_2D,
+            I64_2D,
+            F64_2D,
+            I64,
+            F64,
+            I64,
+        )
+    ),
     types.int64,
-    _I64,
     types.boolean,
-    _F64,
-    _I64,
-    _I64,
-    _I64,
-    _I64,
-    _I64,
-    types.UniTuple(_F64, 4),
     types.int64,
+    types.Tuple((F64, I64, F64)),
+    types.Tuple((FLAGS, I64, I64, F64, I64, F64, F64)),
+    QUEUES,
+    types.Tuple((F64, F64, F64)),
 )
 
 
 @functools.cache
-def compiled_replay_tiered() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
-    """The tiered replay kernel, compiled on first use and cached on disk by numba."""
-    return njit(_SIGNATURE, cache=True)(_replay_tiered)
+def _kernel() -> Callable[..., None]:
+    """The tiered replay's compiled loop, compiled on first use and cached on disk by numba."""
+    return njit(_SIGNATURE, cache=True, _nrt=False)(_tiered_requests)

@@ -52,7 +52,7 @@ from .cache import (
     PRIORITY_READS_PARENT,
     STATIC_BELOW,
     TIER_COUNTERS,
-    compiled_replay_tiered,
+    replay_tiered_arrays,
 )
 from .costs import COMMANDS, DEFAULT_DEPLOYMENT, request_costs
 from .features import ORACLE_NEXT, TIERED_COLUMNS, TIERED_FEATURES
@@ -290,7 +290,7 @@ def replay_tiered(
     trace, counted = replayed_trace(instance)
     costs = request_costs(deployment(str(instance.config.get("deployment", DEFAULT_DEPLOYMENT))), trace)
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    counters, ttft = compiled_replay_tiered()(
+    counters, ttft = replay_tiered_arrays(
         keys, params, gpu_policy, capacities, write_through, *arrays, costs, counted
     )
     full = costs[0][trace.offsets[:-1] + np.arange(trace.n_requests)]  # each request with nothing reused

@@ -18,7 +18,7 @@ from targets.deployments.catalog import DEPLOYMENTS
 from targets.kv.block_tree import POLICY_S3FIFO, POLICY_SIEVE, POLICY_STATIC_KEY
 from targets.kv.target import KVTarget, load_workload, shipped_workload_path
 from targets.kv.trace import Trace
-from targets.kv_tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, compiled_replay_tiered
+from targets.kv_tiered.cache import DISK, HOST, STATIC_BELOW, TIER_COUNTERS, replay_tiered_arrays
 from targets.kv_tiered.costs import request_costs
 from targets.kv_tiered.target import TieredKVTarget, _compiled
 from verifiers.static import check
@@ -97,7 +97,7 @@ def _replay(
     config = instance.config
     capacities = np.array([config["capacity"], config["host_capacity"], config["disk_capacity"]])
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
-    counters, ttft = compiled_replay_tiered()(
+    counters, ttft = replay_tiered_arrays(
         keys,
         np.zeros(0),
         policy,
@@ -300,7 +300,7 @@ def test_the_tiers_keep_their_rules_as_a_plain_reference_of_them_does(
     keys = (STATIC_BELOW, *_compiled(TIERED.baselines()[name]))
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     capacities = np.array([gpu, host, disk], dtype=np.int64)
-    counters, ttft = compiled_replay_tiered()(
+    counters, ttft = replay_tiered_arrays(
         keys,
         np.zeros(0),
         POLICY_STATIC_KEY,

@@ -21,7 +21,7 @@ from targets.base import OptionError, WorkloadError
 from targets.costmodel.shapes import LLAMA3_8B, LLAMA3_70B
 from targets.deployments.catalog import DEPLOYMENTS
 from targets.kv.target import load_workload, shipped_workload_path
-from targets.kv_tiered.cache import TIER_COUNTERS, compiled_replay_tiered
+from targets.kv_tiered.cache import TIER_COUNTERS, replay_tiered_arrays
 from targets.kv_tiered.costs import request_costs
 from targets.kv_tiered.features import N_TIER_COLUMNS, TIER_FEATURES, TIERED_COLUMNS, TIERED_FEATURES
 from targets.kv_tiered.target import TieredKVTarget
@@ -38,7 +38,7 @@ def test_the_declared_domains_and_relations_hold_on_every_block_the_tiers_score(
     store = np.zeros(1 + _ROWS * N_TIER_COLUMNS)
     arrays = (trace.timestamps_s, trace.offsets, trace.blocks, trace.parent, trace.depth, trace.block_tokens)
     costs = request_costs(DEPLOYMENTS["llama3-8b-h100"], trace)
-    counters, _ = compiled_replay_tiered()(
+    counters, _ = replay_tiered_arrays(
         (0, recording_lru, recording_lru, recording_lru),
         store,
         0,
