@@ -155,8 +155,14 @@ def _tier_score(f, b, tier, now, r, ctx):
 
 @out_of_line
 def _scored(f, params, X, S, ints, floats, b, tier, now, r):
-    """The score itself, out of line (many places call it): the single-tier features, where the block is and
-    since when, and what bringing it back from below costs against computing it again."""
+    """The score, out of line where many places call it."""
+    return _score(f, params, X, S, ints, floats, b, tier, now, r)
+
+
+@njit(cache=True, inline="always")
+def _score(f, params, X, S, ints, floats, b, tier, now, r):
+    """The score itself: the single-tier features, where the block is and since when, and what bringing it
+    back from below costs against computing it again. Inlined only where a tier's whole set is scored anew."""
     fill_block_row(X, b, now, r + 1.0, S, (ints[_PARENT], ints[_DEPTH], ints[_TOKENS], floats[_PREFIX]), 0)
     low = ints[_LOW, b]
     X[0, TIER_COLUMN] = tier
@@ -253,7 +259,8 @@ def _free(t, now, r, ctx):
         for i in range(tiers[_N_LIST, t]):
             b = ctx[_LISTS][t, i]
             if not pinned[b]:
-                H[2 * pn], H[2 * pn + 1] = _tier_score(ctx[_KEYS][_BELOW], b, t, now, r, ctx), S[b, SEQ]
+                s = _score(ctx[_KEYS][_BELOW], ctx[_PARAMS], ctx[_ROW], S, ints, ctx[_FLOATS], b, t, now, r)
+                H[2 * pn], H[2 * pn + 1] = s, S[b, SEQ]
                 pn += 1
         heapify(H, pn)
         n_heap[t] = pn
@@ -408,7 +415,8 @@ def _tiered_requests(ctx, gpu_policy, write_through, counted_from, trace, gpu_ke
                 for i in range(n_leaves):
                     b = leaves[i]
                     if not pinned[b]:
-                        H[2 * pn], H[2 * pn + 1] = _tier_score(f_gpu, b, GPU, now, r, ctx), S[b, SEQ]
+                        s = _score(f_gpu, ctx[_PARAMS], ctx[_ROW], S, ints, floats, b, GPU, now, r)
+                        H[2 * pn], H[2 * pn + 1] = s, S[b, SEQ]
                         pn += 1
                 heapify(H, pn)
                 scored[GPU] = epoch[GPU]
