@@ -8,8 +8,9 @@ from numba import njit, types
 out_of_line = njit(cache=True, _nrt=False)
 """A kernel's helper compiled on its own: inlined, each copy would be typed and lowered again, and the copies
 were most of a kernel's compile time. Without reference counting, as it allocates nothing and its array
-arguments would otherwise cost atomic increments at every call. Its callers pass whole numbers as np.int64,
-not as literals (`np.int64(0)`, not `0`): numba compiles a helper once more for each literal it is given."""
+arguments would otherwise cost atomic increments at every call. A small one (a heap's push and pop) costs
+nothing at run time: LLVM inlines it into the kernel's code. Its callers pass whole numbers as np.int64, not
+as literals (`np.int64(0)`, not `0`): numba compiles a helper once more for each literal it is given."""
 
 F64, I64, FLAGS = types.float64[::1], types.int64[::1], types.boolean[::1]
 F64_2D, I64_2D, FLAGS_2D = types.float64[:, ::1], types.int64[:, ::1], types.boolean[:, ::1]

@@ -15,7 +15,7 @@ from targets.compiled_helpers import out_of_line
 from .block_tree import SEQ
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def heap_push(H, n, s, q):
     """Add the entry (score s, seq q) to the heap of n entries in H: four children an entry (half the levels
     of a binary heap), entry i at H[2i] and H[2i + 1] (a flat array: its index is a shift, where a row of
@@ -29,7 +29,7 @@ def heap_push(H, n, s, q):
     return n + 1
 
 
-@njit(cache=True, inline="always")
+@out_of_line
 def heap_pop(H, n):
     """Take the top entry out; returns the entries left."""
     n -= 1
