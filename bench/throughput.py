@@ -2,7 +2,7 @@
 process; the time per job the Dask executor adds; the steady-state loop against the batch loop.
 
 Run from the repository root: `python bench/throughput.py [--budget N] [--trials N] [--clusters 1 2 4]
-[--quick] [--record]` (`--quick`: 2 candidates of 1 trial, a cluster of 1 worker).
+[--quick] [--record]` (`--quick`: 2 candidates of 1 trial, a cluster of 1 worker, no warm-up).
 
 Every figure is a real search (kv, the `gen:chat:1` workload at capacity 300, the evolve proposer, seed 0)
 run to its budget into a fresh store, timed from `execute` to the end (baselines included):
@@ -109,7 +109,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="crucible-throughput-"))
     with ThreadPoolExecutor(max_workers=1) as pool:
-        search(folder, "warm-up", pool, InProcess(), 1, budget=1, trials=1)  # imports, kernels, the trace
+        if not session.quick:  # imports, kernels, the trace (a quick run's rates are not figures to keep)
+            search(folder, "warm-up", pool, InProcess(), 1, budget=1, trials=1)
         alone = search(folder, "in-process", pool, InProcess(), 1, **settings)
         thread_overhead = overhead(pool)
     print(f"{'executor':<14}{'cand/min':>10}{'x in-process':>14}")
