@@ -76,9 +76,9 @@ SETTINGS: tuple[Option, ...] = (
         "select",
         "str",
         None,
-        "what candidates are ranked on: the whole window (the default without --holdout), or 'unseen', the "
-        "window after the train share their constants were tuned on, replayed warm where the target can "
-        "(the default with --holdout)",
+        "what candidates are ranked on: the whole window, or 'unseen', the window after the train share "
+        "their constants were tuned on, replayed warm where the target can (the default with --holdout, "
+        "and for a target that ranks so by default, as batching-capacity does)",
         choices=SELECT_CHOICES,
     ),
     setting("sandbox", "str", "auto", "where candidate code runs", choices=BACKENDS, resumable=True),

@@ -595,6 +595,12 @@ class Target(Protocol):
         """Hard properties a run may require beyond `properties()` (`--require NAME=VALUE`), by name."""
         ...
 
+    def ranks_unseen(self) -> bool:
+        """Whether a run ranks its candidates on the requests after the train share even when it holds out
+        no tail (`--select unseen`): where a fit to the tuned requests misleads, as capacity on a short
+        head does."""
+        ...
+
 
 class TargetBase:
     """The defaults of the Target protocol's optional hooks, given once: a target class derives from this
@@ -661,6 +667,10 @@ class TargetBase:
     def requirable(self) -> Mapping[str, Requirable]:
         """None: a run proves the target's own properties only."""
         return {}
+
+    def ranks_unseen(self) -> bool:
+        """No: a run without a held-out tail ranks on its whole window, as it reports."""
+        return False
 
 
 @dataclass(frozen=True)

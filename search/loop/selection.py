@@ -2,10 +2,11 @@
 
 A target's own eval instance covers the whole window, the part its train instance tuned the constants on
 included, so the ranking rewards a fit to those requests as well as a forecast of later ones. With
-`--select unseen` (the default of a run that holds out a tail) the run ranks on what tuning never saw: in
-place of each eval instance, the window after the train share, replayed warm after the requests before it
-(uncounted) where the target can (kv, as a cache in service meets them), else from an empty state
-(batching, as its held-out tail is). A target whose workloads have no request window cannot.
+`--select unseen` (the default of a run that holds out a tail, and of a target whose `ranks_unseen` says
+so) the run ranks on what tuning never saw: in place of each eval instance, the window after the train
+share, replayed warm after the requests before it (uncounted) where the target can (kv, as a cache in
+service meets them), else from an empty state (batching, as its held-out tail is). A target whose
+workloads have no request window cannot.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from search.terms import SELECT_CHOICES, UNSEEN, WHOLE
 from targets.base import WARM, WINDOW, Instance, OptionError, Target, WorkloadError, request_window, windowed
 
 
-def default_select(holdout: bool) -> str:
+def default_select(target: Target, holdout: bool) -> str:
     """A run that holds out a tail ranks on what tuning never saw (train, select and report on three parts,
-    as a validation split does); one without ranks on its whole window, as it reports."""
-    return UNSEEN if holdout else WHOLE
+    as a validation split does), and so does one of a target that asks for it (`ranks_unseen`); any other
+    ranks on its whole window, as it reports."""
+    return UNSEEN if holdout or target.ranks_unseen() else WHOLE
 
 
 def run_instances(target: Target, workload: str, options: Mapping[str, Any], select: str) -> list[Instance]:

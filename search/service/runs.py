@@ -248,7 +248,7 @@ def prepare(target: str, workload: str | None, options: Mapping[str, Any], **giv
     if cut:
         values[WINDOW_OPTION] = cut.head
     held = {"holdout": cut.to_json()} if cut else {}
-    select = run.pop("select") or default_select(cut is not None)
+    select = run.pop("select") or default_select(found, cut is not None)
     config = RunConfig(
         target=target,
         workload=workload,

@@ -360,7 +360,8 @@ class Judgement(_Record):
     multiple of each baseline's, `bounds` of each oracle's (the bound, not a baseline to beat)."""
 
     on: str
-    """"the workload" or "the held-out tail"."""
+    """"the workload", "the requests after the train share" (what `--select unseen` ranks on) or "the
+    held-out tail"."""
     found: str
     found_score: float
     rival: str | None
@@ -417,7 +418,8 @@ class RunReport:
             on, found = "the held-out tail", tail
             scores = [(r.name, r.tail, r.oracle) for r in self.holdout.rows if r.kind != "found"]
         else:
-            on, found = "the workload", best.score
+            unseen = run.config.get("select") == UNSEEN
+            on, found = "the requests after the train share" if unseen else "the workload", best.score
             scores = [(b.name, b.score, b.oracle) for b in self.baselines]
         rivals = [(name, score) for name, score, oracle in scores if score is not None and not oracle]
         pick = max if objective.direction == "maximize" else min

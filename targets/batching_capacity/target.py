@@ -29,6 +29,11 @@ class BatchingCapacityTarget(BatchingTarget):
     )
     sweep_roles = ("train", "eval")
 
+    def ranks_unseen(self) -> bool:
+        """Yes: capacity on the requests PARAMS were tuned on rewards constants that fit those requests; on
+        the rest of the head it rewards a program that carries over to later traffic (docs/targets/batching.md)."""
+        return True
+
     def baselines(self) -> dict[str, str]:
         """The batching target's baselines, shipped in targets/batching/baselines/."""
         return packaged_baselines("targets.batching")

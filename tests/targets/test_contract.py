@@ -189,6 +189,8 @@ def test_hooks_answer_in_their_declared_types(target: Any) -> None:
             names = set(target.registry(signature.name).names)
             assert all(isinstance(row, Mapping) and set(row) <= names for row in decision)
     assert all(isinstance(p, str) for p in target.mechanism_params())
+    assert isinstance(target.ranks_unseen(), bool)
+    assert not target.ranks_unseen() or windowed(target), f"{target.name} ranks on unseen requests it has not"
 
 
 def test_a_target_with_no_export_is_refused_in_one_line(

@@ -1,6 +1,7 @@
 """`--select`: what a search ranks its candidates on. `window`: the target's eval instances (the whole
 window); `unseen`: the window after the train share the constants were tuned on, replayed warm. A run that
-holds out a tail ranks on `unseen` unless told otherwise; one that does not, on its window."""
+holds out a tail ranks on `unseen` unless told otherwise, and so does one of a target that asks for it
+(batching-capacity); any other, on its window."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def test_a_run_ranks_on_unseen_by_default_only_when_it_holds_out_a_tail() -> Non
     stored = prepare("kv", None, OPTIONS, budget=2, holdout=0.33).to_json()
     del stored["select"]
     assert RunConfig.from_json(stored).select == WHOLE, "a run stored before the default resumes as it ran"
+
+
+def test_a_target_that_asks_for_it_ranks_on_unseen_without_a_holdout() -> None:
+    assert targets.load("batching-capacity").ranks_unseen() and not targets.load("batching").ranks_unseen()
+    assert prepare("batching-capacity", None, {}, budget=2).select == UNSEEN
+    assert prepare("batching-capacity", None, {}, budget=2, select=WHOLE).select == WHOLE
+    assert prepare("batching", None, {}, budget=2).select == WHOLE
 
 
 def test_unseen_ranks_on_the_window_after_the_train_share_replayed_warm() -> None:
@@ -80,6 +88,14 @@ def test_a_search_holding_out_a_tail_scores_candidates_and_baselines_on_the_unse
     report = read.holdout(info.run_id)
     assert report is not None and report.select == UNSEEN
     assert report.head_label() == "head 0:201, unseen part"
+
+
+def test_a_run_ranked_on_unseen_without_a_tail_says_so_in_its_verdict(tmp_path: Path) -> None:
+    runs = RunService(Store(open_engine(f"sqlite:///{tmp_path / 'runs.db'}")))
+    info = runs.record(prepare("kv", None, OPTIONS, budget=2, trials=2, workers=1, select=UNSEEN))
+    runs.execute(info.run_id, InProcess(), EvolveProposer())
+    judged = runs.read.report(info.run_id).judgement()
+    assert judged is not None and judged.on == "the requests after the train share"
 
 
 def test_the_flag_is_checked_before_anything_is_stored(
