@@ -31,7 +31,7 @@ class BatchingCapacityTarget(BatchingTarget):
 
     def ranks_unseen(self) -> bool:
         """Yes: capacity on the requests PARAMS were tuned on rewards constants that fit those requests; on
-        the rest of the head it rewards a program that carries over to later traffic (docs/targets/batching.md)."""
+        the rest of the head, a program that carries over to later traffic (docs/targets/batching.md)."""
         return True
 
     def baselines(self) -> dict[str, str]:
