@@ -23,14 +23,21 @@ TPOT_SLO_S = 0.1
 BLOCK_TOKENS = 16
 
 
+MOST_PROMPT = 4096
+"""The longest prompt drawn, in tokens: the shipped Azure head's prompts reach about that."""
+
+
 @functools.cache
-def behaviour_sample() -> tuple[tuple[Mapping[str, float], ...], ...]:
-    """Seeded iterations (the same in every process): one moment each, its requests in mixed states."""
+def behaviour_sample(
+    most_prompt: int = MOST_PROMPT, block_tokens: int = BLOCK_TOKENS
+) -> tuple[tuple[Mapping[str, float], ...], ...]:
+    """Seeded iterations (the same in every process): one moment each, its requests in mixed states, their
+    prompts up to `most_prompt` tokens in blocks of `block_tokens` (another target's scale: serving's)."""
     rng = np.random.default_rng(23)
     iterations = []
     for _ in range(ITERATIONS):
         now = float(rng.uniform(10.0, 600.0))
-        states = [_request(rng, now) for _ in range(REQUESTS)]
+        states = [_request(rng, now, most_prompt, block_tokens) for _ in range(REQUESTS)]
         running = sum(s["running"] for s in states)
         moment = {
             "now": now,
@@ -42,11 +49,11 @@ def behaviour_sample() -> tuple[tuple[Mapping[str, float], ...], ...]:
     return tuple(iterations)
 
 
-def _request(rng: np.random.Generator, now: float) -> dict[str, float]:
+def _request(rng: np.random.Generator, now: float, most_prompt: int, block_tokens: int) -> dict[str, float]:
     """One live request at `now`: waiting for its first admission, preempted, prefilling or decoding."""
     waiting = float(np.exp(rng.uniform(np.log(0.01), np.log(min(now, 120.0)))))
     arrival = now - waiting
-    prompt = float(rng.integers(1, 4097))
+    prompt = float(rng.integers(1, most_prompt + 1))
     state = rng.choice(["waiting", "preempted", "prefilling", "decoding"])
     generated = 0.0 if state in ("waiting", "prefilling") else float(rng.integers(1, 300))
     if state == "prefilling":
@@ -68,7 +75,7 @@ def _request(rng: np.random.Generator, now: float) -> dict[str, float]:
         "pending": prompt + generated - computed,
         "decoding": float(state == "decoding"),
         "running": float(state in ("prefilling", "decoding")),
-        "blocks": float(np.ceil(computed / BLOCK_TOKENS)),
+        "blocks": float(np.ceil(computed / block_tokens)),
         "preemptions": float(rng.integers(1, 3)) if state == "preempted" else float(rng.random() < 0.1),
         "deadline": deadline,
         "slack": deadline - now,

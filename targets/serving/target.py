@@ -12,6 +12,7 @@ import numpy as np
 from targets.base import (
     MOST,
     WINDOW,
+    Decisions,
     FeatureRegistry,
     Instance,
     Objective,
@@ -36,6 +37,7 @@ from verifiers.program import Program, Signature
 from verifiers.properties import Property
 from verifiers.static import check
 
+from .behaviour import evict_sample, priority_sample, route_sample
 from .export import router_export
 from .features import EVICT_FEATURES, ROUTE_FEATURES, SCHEDULE_COLUMNS, SCHEDULE_FEATURES
 from .fleet import BY_KEY, POWER_OF_TWO, PREFIX_HASH, RANDOM, ROUND_ROBIN, Fleet, Policies, Prefixes, replay
@@ -254,6 +256,11 @@ class ServingTarget(TargetBase):
 
     def requests(self, workload: str) -> int:
         return request_count(workload)
+
+    def behaviour_sample(self, signature: str) -> Decisions:
+        """Arrivals to route, iterations to plan and caches to evict from (behaviour.py)."""
+        samples = {ROUTE.name: route_sample, PRIORITY.name: priority_sample, EVICT.name: evict_sample}
+        return samples[signature]()
 
     def builtin_baselines(self) -> tuple[str, ...]:
         return (*BUILTIN, BOUND)
