@@ -21,7 +21,18 @@ from targets.costmodel.model import PREFILL_TILE, CostModel
 from verifiers.compiler import FUNCTION_TYPE
 
 from .features import N_COLUMNS
-from .scheduler import CompiledKey, Limits, Served, commit, drop_done, initial_state, plan, unfinished
+from .scheduler import (
+    CompiledKey,
+    Limits,
+    Served,
+    commit,
+    drop_done,
+    initial_state,
+    plan,
+    request_arrival,
+    request_first_token,
+    unfinished,
+)
 from .trace import Requests
 
 DECISION_COLUMNS = ("iteration", "request", "start", "tokens")
@@ -175,8 +186,10 @@ def _record(log, logged, iteration, rows_out, rows, preempted, lost):
     return logged + rows + lost
 
 
-def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, shape, log):
-    """scheduler.serve's loop with the priced executor; returns (iterations, end time, decision rows)."""
+def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, shape, log, late_limit):
+    """scheduler.serve's loop with the priced executor; returns (iterations, end time, decision rows). With
+    `late_limit` at 0 or more it stops once more requests than that are past their TTFT SLO unserved or
+    were served after it: whatever follows, they miss it (a capacity sweep needs no more of a load)."""
     n = arrival.size
     budget = int(setting[1])
     X = np.zeros((n, N_COLUMNS))
@@ -214,13 +227,31 @@ def _serve(key, P, S, arrival, setting, horizon, linear, head, prefill, decode, 
         free = commit(S, rows_out[0], rows_out[2], rows, now, free)
         iterations += 1
         count = drop_done(S, live, count)
+        counting = late_limit >= 0 and iterations % LATE_EVERY == 0
+        if counting and _late(S, arrived, now, setting[4]) > late_limit:
+            break
     return iterations, now, logged
+
+
+LATE_EVERY = 256
+"""Iterations between counts of late requests: a count reads every request arrived, a plan only the live."""
+
+
+@njit(cache=True)
+def _late(S, arrived, now, ttft_slo):
+    """How many of the first `arrived` requests miss the TTFT SLO whatever the scheduler does next."""
+    late = 0
+    for r in range(arrived):
+        first = request_first_token(S, r)
+        waited = (now if np.isnan(first) else first) - request_arrival(S, r)  # a first token comes after now
+        late += waited > ttft_slo
+    return late
 
 
 _F64, _I64 = types.float64[::1], types.int64[::1]
 _SERVE_SIGNATURE = types.Tuple((types.int64, types.float64, types.int64))(
     FUNCTION_TYPE, _F64, types.float64[:, ::1], _F64, _F64, types.float64, _F64, _F64, _F64, _F64, _F64,
-    types.int64[:, ::1],
+    types.int64[:, ::1], types.int64,
 )  # fmt: skip
 
 
@@ -238,9 +269,11 @@ def serve_priced(
     pricing: Pricing,
     slo_s: tuple[float, float],
     horizon_s: float = np.inf,
+    late_limit: int = -1,
 ) -> Served:
-    """scheduler.serve with PricedExecutor's prices, in one compiled call."""
-    return _replay(requests, limits, key, params, pricing, slo_s, horizon_s, 0)[0]
+    """scheduler.serve with PricedExecutor's prices, in one compiled call; with `late_limit` at 0 or more,
+    stopped once more requests than that miss the TTFT SLO whatever comes next (the rest left unfinished)."""
+    return _replay(requests, limits, key, params, pricing, slo_s, horizon_s, 0, late_limit)[0]
 
 
 def serve_priced_recorded(
@@ -255,7 +288,7 @@ def serve_priced_recorded(
     """serve_priced, and every decision it took (rows of DECISION_COLUMNS), for comparing schedulers."""
     capacity = 4 * requests.n + 1024
     while True:
-        served, log, needed = _replay(requests, limits, key, params, pricing, slo_s, horizon_s, capacity)
+        served, log, needed = _replay(requests, limits, key, params, pricing, slo_s, horizon_s, capacity, -1)
         if needed <= capacity:
             return served, log[:needed]
         capacity = needed  # the replay is deterministic: run it again with room for every row
@@ -270,6 +303,7 @@ def _replay(
     slo_s: tuple[float, float],
     horizon_s: float,
     capacity: int,
+    late_limit: int,
 ) -> tuple[Served, np.ndarray, int]:
     limits.check(requests)
     if pricing.linear.size <= limits.token_budget or pricing.head.size <= min(limits.max_seqs, requests.n):
@@ -291,5 +325,6 @@ def _replay(
         pricing.decode,
         shape,
         log,
+        late_limit,
     )
     return Served(S, int(iterations), float(end), unfinished(S)), log, int(needed)

@@ -62,6 +62,12 @@ def request_progress(S, r):
 
 
 @njit(cache=True, inline="always")
+def request_arrival(S, r):
+    """When request r arrived."""
+    return S[r, _ARRIVAL]
+
+
+@njit(cache=True, inline="always")
 def request_first_token(S, r):
     """When request r emitted its first token (NaN before)."""
     return S[r, _FIRST]

@@ -337,7 +337,8 @@ def swept_capacity(
 
     def attainment(load: float) -> float:
         loaded = replace(instance, config={**instance.config, "load": load})
-        served = simulate(loaded, instance_requests(loaded), limits, key, params, pricing)
+        requests = instance_requests(loaded)
+        served = simulate(loaded, requests, limits, key, params, pricing, late_limit(requests.n, GOAL))
         return serving_metrics(served, slo)["slo_attainment"]
 
     found = capacity(attainment, float({**DEFAULTS, **instance.config}["load"]), GOAL)
@@ -355,11 +356,24 @@ def run(
 
 
 def simulate(
-    instance: Instance, requests: Requests, limits: Limits, key: Any, params: np.ndarray, pricing: Pricing
+    instance: Instance,
+    requests: Requests,
+    limits: Limits,
+    key: Any,
+    params: np.ndarray,
+    pricing: Pricing,
+    late: int = -1,
 ) -> Served:
-    """`run` with the cost model's prices, compiled whole (the same decisions, far fewer seconds)."""
+    """`run` with the cost model's prices, compiled whole (the same decisions, far fewer seconds); stopped
+    once more than `late` requests (0 or more) are sure to miss the TTFT SLO."""
     horizon = horizon_s(instance, requests)
-    return serve_priced(requests, limits, key, params, pricing, slo_s(instance), horizon)
+    return serve_priced(requests, limits, key, params, pricing, slo_s(instance), horizon, late)
+
+
+def late_limit(n: int, goal: float) -> int:
+    """The most of n requests that may miss an SLO with the share that meet it still at least `goal`, as
+    serving_metrics computes that share."""
+    return max((late for late in range(n + 1) if (n - late) / n >= goal), default=-1)
 
 
 def horizon_s(instance: Instance, requests: Requests) -> float:

@@ -12,7 +12,7 @@ from sandbox.job import Job, Tuning
 from sandbox.worker import run
 from targets.base import Instance
 from targets.batching.capacity import GOAL, HIGHEST, RESOLUTION, capacity
-from targets.batching.target import BatchingTarget
+from targets.batching.target import BatchingTarget, late_limit
 from verifiers.static import check
 
 TARGET = BatchingTarget()
@@ -71,6 +71,14 @@ def test_a_baselines_capacity_meets_the_goal_and_a_step_above_it_does_not(name: 
     assert attainment_at(name, instance, found) >= GOAL
     assert attainment_at(name, instance, found * (1 + RESOLUTION)) < GOAL
     assert metrics["capacity_rps"] > 0
+
+
+def test_the_sweep_stopping_replays_that_cannot_meet_the_goal_finds_what_whole_replays_find() -> None:
+    instance = eval_instance(load=3.0)
+    program = check(TARGET.baselines()["spf"], TARGET.signatures)
+    swept = TARGET.evaluate(program, instance, {})["capacity"]
+    assert swept == capacity(lambda load: attainment_at("spf", instance, load), 3.0)
+    assert late_limit(120, GOAL) == 12 and late_limit(10, GOAL) == 1 and late_limit(1, GOAL) == 0
 
 
 def test_the_oracle_srpt_sustains_more_load_than_fcfs() -> None:

@@ -11,6 +11,7 @@ import pytest
 from targets.base import Instance
 from targets.batching.compiled_scheduler import Pricing, serve_priced, serve_priced_recorded
 from targets.batching.kernels import PricedExecutor, cost_model
+from targets.batching.metrics import serving_metrics
 from targets.batching.scheduler import Batch, Limits, serve
 from targets.batching.target import (
     BatchingTarget,
@@ -184,3 +185,17 @@ def test_every_decision_equals_on_a_real_training_slice() -> None:
         served, decisions = serve_priced_recorded(requests, limits, key, params, pricing, SLO)
         assert np.array_equal(decisions, expected), policy
         assert np.array_equal(served.state, state, equal_nan=True), policy
+
+
+def test_a_late_limit_stops_a_replay_once_the_goal_is_out_of_reach_and_changes_nothing_before() -> None:
+    requests, limits = _shipped_head(400)
+    key, params = _key_and_params("fcfs")
+    pricing = Pricing.of(cost_model(), limits.token_budget, limits.max_seqs)
+    whole = serve_priced(requests, limits, key, params, pricing, SLO)
+    late = 20  # 5 % of the requests; at load 3 far more than that miss the TTFT SLO
+    assert serving_metrics(whole, SLO)["slo_attainment"] < (requests.n - late) / requests.n
+    stopped = serve_priced(requests, limits, key, params, pricing, SLO, late_limit=late)
+    assert stopped.iterations < whole.iterations and stopped.unfinished > 0
+    assert serving_metrics(stopped, SLO)["slo_attainment"] < (requests.n - late) / requests.n
+    free = serve_priced(requests, limits, key, params, pricing, SLO, late_limit=requests.n)
+    assert np.array_equal(free.state, whole.state, equal_nan=True) and free.end_s == whole.end_s
