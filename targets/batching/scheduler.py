@@ -6,7 +6,9 @@ Mechanism, as vLLM V1 and Sarathi-Serve schedule:
   budget is split over iterations, each chunk attending to the request's earlier ones);
 - a request holds ceil(computed / block_tokens) blocks of a pool of `kv_blocks` for its keys and values;
 - every live request is scored with priority(r, p) at the start of each iteration, so time features are
-  fresh; the highest is served first (ties in arrival order);
+  fresh; the highest is served first (ties in arrival order). A waiting request is scored only when someone
+  could be admitted: in a queue no one can join its order changes nothing (tests/targets/batching/
+  test_plan_order.py pins these decisions to the rules read literally);
 - running requests (holding blocks) are served first. One that needs a block when none is free preempts the
   lowest-priority running request not yet served this iteration (itself, if there is none): its blocks are
   freed and it later recomputes its prompt and its output so far (preemption by recompute);
@@ -180,27 +182,65 @@ def cached_prefix(r, S, offsets, blocks, slots, block_tokens):
 
 
 @njit(cache=True)
-def plan_cached(key, P, S, live, now, setting, X, rows_out, preempted, offsets, blocks, slots):
-    """`plan` over an instance with a prefix cache: request r's prompt is blocks[offsets[r]:offsets[r+1]]
-    and `slots[b] >= 0` where the cache holds block b. A waiting request's cached prefix is its feature
-    column PREFIX_COLUMN, and admitting it starts its prefill after that prefix."""
-    free, budget, block_tokens, max_seqs = int(setting[0]), int(setting[1]), setting[2], int(setting[3])
-    ttft_slo, tpot_slo, whole_prompt = setting[4], setting[5], setting[6] != 0.0
-    ids, starts, tokens = rows_out[0], rows_out[1], rows_out[2]
+def _ranked(key, P, S, live, status, now, setting, X, offsets, blocks, slots):
+    """The `live` requests of one status, highest priority first (ties in arrival order), each scored on its
+    features at `now`. Requests of the two statuses are never compared: running ones are served before any
+    waiting one is admitted, so each order is all a plan reads (and a queue no one can join goes unscored)."""
+    free, block_tokens, ttft_slo, tpot_slo = setting[0], setting[2], setting[4], setting[5]
     n = live.size
     batch = 0
     for i in range(n):
         if S[live[i], _STATUS] == RUNNING:
             batch += 1
+    ids = np.empty(n, dtype=np.int64)
     scores = np.empty(n)
+    k = 0
     for i in range(n):
-        _fill_row(X, i, live[i], now, S, free, n - batch, batch, ttft_slo, tpot_slo)
-        waiting = S[live[i], _STATUS] == WAITING
-        X[i, PREFIX_COLUMN] = (
-            cached_prefix(live[i], S, offsets, blocks, slots, block_tokens) if waiting else 0.0
-        )
-        scores[i] = key(X, i, P)
-    order = live[np.argsort(-scores, kind="mergesort")]
+        r = live[i]
+        if S[r, _STATUS] != status:
+            continue
+        _fill_row(X, i, r, now, S, free, n - batch, batch, ttft_slo, tpot_slo)
+        waiting = status == WAITING
+        X[i, PREFIX_COLUMN] = cached_prefix(r, S, offsets, blocks, slots, block_tokens) if waiting else 0.0
+        ids[k], scores[k] = r, key(X, i, P)
+        k += 1
+    return ids[:k][np.argsort(-scores[:k], kind="mergesort")]
+
+
+@njit(cache=True)
+def _admission(r, S, budget, admission):
+    """(blocks waiting request r holds once admitted, blocks that must be free to admit it, first position
+    it computes, tokens it computes) with `budget` tokens left in the iteration; `admission` is the
+    instance's (offsets, blocks, slots, block tokens, whether the whole prompt must fit)."""
+    offsets, blocks, slots, block_tokens, whole_prompt = admission
+    start = cached_prefix(r, S, offsets, blocks, slots, block_tokens) * block_tokens
+    take = min(S[r, _PROMPT] + S[r, _GENERATED] - start, float(budget))
+    need = int(np.ceil((start + take) / block_tokens))
+    whole = int(np.ceil((S[r, _PROMPT] + S[r, _GENERATED]) / block_tokens)) if whole_prompt else need
+    return need, whole, start, take
+
+
+@njit(cache=True)
+def _any_fits(S, live, free, budget, admission):
+    """Whether some waiting request could be admitted into `free` blocks: if none could, admission takes no
+    one whatever the order (it stops at the first that does not fit), so no one need be scored for it."""
+    for i in range(live.size):
+        r = live[i]
+        if S[r, _STATUS] == WAITING and _admission(r, S, budget, admission)[1] <= free:
+            return True
+    return False
+
+
+@njit(cache=True)
+def plan_cached(key, P, S, live, now, setting, X, rows_out, preempted, offsets, blocks, slots):
+    """`plan` over an instance with a prefix cache: request r's prompt is blocks[offsets[r]:offsets[r+1]]
+    and `slots[b] >= 0` where the cache holds block b. A waiting request's cached prefix is its feature
+    column PREFIX_COLUMN, and admitting it starts its prefill after that prefix."""
+    free, budget, block_tokens, max_seqs = int(setting[0]), int(setting[1]), setting[2], int(setting[3])
+    whole_prompt = setting[6] != 0.0
+    ids, starts, tokens = rows_out[0], rows_out[1], rows_out[2]
+    order = _ranked(key, P, S, live, RUNNING, now, setting, X, offsets, blocks, slots)
+    n = order.size
     served = np.zeros(n, dtype=np.bool_)  # by position in `order`
     rows, lost = 0, 0
     for i in range(n):  # running requests, highest priority first
@@ -231,22 +271,16 @@ def plan_cached(key, P, S, live, now, setting, X, rows_out, preempted, offsets, 
         rows += 1
         budget -= int(take)
         served[i] = True
-    if lost > 0:
+    running = n
+    if lost > 0 or budget == 0 or running >= max_seqs:
         return rows, lost, free
-    running = 0
-    for i in range(n):
-        if S[live[i], _STATUS] == RUNNING:
-            running += 1
-    for i in range(n):  # then waiting requests, highest priority first, while they fit
-        r = order[i]
-        if S[r, _STATUS] != WAITING:
-            continue
+    admission = (offsets, blocks, slots, block_tokens, whole_prompt)
+    if not _any_fits(S, live, free, budget, admission):
+        return rows, lost, free
+    for r in _ranked(key, P, S, live, WAITING, now, setting, X, offsets, blocks, slots):
         if budget == 0 or running >= max_seqs:
             break
-        start = cached_prefix(r, S, offsets, blocks, slots, block_tokens) * block_tokens
-        take = min(S[r, _PROMPT] + S[r, _GENERATED] - start, float(budget))
-        need = int(np.ceil((start + take) / block_tokens))
-        whole = int(np.ceil((S[r, _PROMPT] + S[r, _GENERATED]) / block_tokens)) if whole_prompt else need
+        need, whole, start, take = _admission(r, S, budget, admission)
         if whole > free:
             break
         free -= need
