@@ -11,6 +11,7 @@ import targets
 from sandbox.job import Job, Tuning
 from sandbox.worker import run
 from targets.base import Instance
+from targets.batching import target as batching_target
 from targets.batching.capacity import GOAL, HIGHEST, RESOLUTION, capacity
 from targets.batching.target import BatchingTarget, late_limit
 from verifiers.static import check
@@ -79,6 +80,22 @@ def test_the_sweep_stopping_replays_that_cannot_meet_the_goal_finds_what_whole_r
     swept = TARGET.evaluate(program, instance, {})["capacity"]
     assert swept == capacity(lambda load: attainment_at("spf", instance, load), 3.0)
     assert late_limit(120, GOAL) == 12 and late_limit(10, GOAL) == 1 and late_limit(1, GOAL) == 0
+
+
+def test_an_evaluation_replays_each_load_once_its_own_load_included(monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = eval_instance(load=0.5)
+    loads: list[float] = []
+    replay = batching_target.simulate
+
+    def noted(loaded: Instance, *args: object, **kwargs: object) -> object:
+        loads.append(float(loaded.config["load"]))
+        return replay(loaded, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batching_target, "simulate", noted)
+    program = check(TARGET.baselines()["fcfs"], TARGET.signatures)
+    found = TARGET.evaluate(program, instance, {})["capacity"]
+    assert loads[0] == 0.5 and len(loads) == len(set(loads)) > 2, "the sweep reuses the instance's replay"
+    assert found in loads
 
 
 def test_the_oracle_srpt_sustains_more_load_than_fcfs() -> None:
