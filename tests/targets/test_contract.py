@@ -184,13 +184,24 @@ def test_hooks_answer_in_their_declared_types(target: Any) -> None:
         assert all(isinstance(o, Option) for o in validation.options)
     for engine, export in target.exports().items():
         assert set(export.features) <= set(target.registry(export.signature).names), (target.name, engine)
-    for signature in target.signatures:
-        for decision in target.behaviour_sample(signature.name):
-            names = set(target.registry(signature.name).names)
-            assert all(isinstance(row, Mapping) and set(row) <= names for row in decision)
     assert all(isinstance(p, str) for p in target.mechanism_params())
     assert isinstance(target.ranks_unseen(), bool)
     assert not target.ranks_unseen() or windowed(target), f"{target.name} ranks on unseen requests it has not"
+
+
+def test_a_behaviour_sample_holds_only_states_within_every_domain_and_relation(target: Any) -> None:
+    for signature in target.signatures:
+        registry = target.registry(signature.name)
+        decisions = target.behaviour_sample(signature.name)
+        assert not decisions or (len(decisions) > 1 and all(len(d) > 1 for d in decisions)), "choices"
+        for decision in decisions:
+            for row in decision:
+                assert isinstance(row, Mapping) and set(row) == set(registry.names), signature.name
+                for f in registry.features:
+                    assert f.low <= row[f.name] <= f.high, (signature.name, f.name)
+                for relation in registry.relations:
+                    assert eval(relation, {}, dict(row)), (signature.name, relation)
+        assert target.behaviour_sample(signature.name) == decisions, "the same sample every time"
 
 
 def test_a_target_with_no_export_is_refused_in_one_line(

@@ -7,7 +7,6 @@ import pytest
 
 from sandbox.job import Job, Tuning
 from sandbox.worker import behaviour_signature, run
-from targets.batching.features import REQUEST_FEATURES
 from targets.batching.target import BatchingTarget, shipped_workload_path
 from verifiers.static import check
 
@@ -43,21 +42,15 @@ def test_the_token_budget_the_scheduler_reads_is_part_of_the_behaviour() -> None
     assert signature(sarathi, BUDGET) == signature(f"2 * ({sarathi})", BUDGET)
 
 
-def test_the_sample_keeps_every_feature_in_its_domain_and_relations() -> None:
+def test_the_sample_holds_every_kind_of_request_each_decision_at_one_moment() -> None:
+    # tests/targets/test_contract.py holds every row to the features' domains and relations.
     decisions = TARGET.behaviour_sample("priority")
     assert len(decisions) > 1 and all(len(d) > 1 for d in decisions)
     states = set()
     for decision in decisions:
-        for row in decision:
-            assert set(row) == set(REQUEST_FEATURES.names)
-            for f in REQUEST_FEATURES.features:
-                assert f.low <= row[f.name] <= f.high, f.name
-            for relation in REQUEST_FEATURES.relations:
-                assert eval(relation, {}, dict(row)), relation
-            states.add((row["running"], row["decoding"], row["generated"] > 0))
+        states |= {(row["running"], row["decoding"], row["generated"] > 0) for row in decision}
         assert len({(r["now"], r["free_blocks"], r["batch"]) for r in decision}) == 1, "one moment each"
     assert len(states) == 4, "waiting, preempted, prefilling and decoding requests"
-    assert TARGET.behaviour_sample("priority") == decisions, "the same sample every time"
     with pytest.raises(KeyError):
         TARGET.behaviour_sample("evict")
 

@@ -8,7 +8,6 @@ import pytest
 
 from sandbox.job import Job, Tuning
 from sandbox.worker import behaviour_signature, run
-from targets.dit.features import OPTION_FEATURES
 from targets.dit.target import SHIPPED_WORKLOAD, DiTTarget
 from verifiers.static import check
 
@@ -44,23 +43,17 @@ def test_which_options_fall_below_zero_is_part_of_the_behaviour() -> None:
     assert signature("o.efficiency - 2.0") == signature("o.efficiency - 3.0"), "below zero everywhere alike"
 
 
-def test_the_sample_is_the_mechanisms_own_options_within_every_domain_and_relation() -> None:
+def test_the_sample_is_the_mechanisms_own_options_each_point_at_one_moment() -> None:
+    # tests/targets/test_contract.py holds every row to the features' domains and relations.
     points = TARGET.behaviour_sample("score")
     assert len(points) > 1 and all(len(p) > 1 for p in points)
     for point in points:
-        for row in point:
-            assert set(row) == set(OPTION_FEATURES.names)
-            for f in OPTION_FEATURES.features:
-                assert f.low <= row[f.name] <= f.high, f.name
-            for relation in OPTION_FEATURES.relations:
-                assert eval(relation, {}, dict(row)), relation
         moment = {(r["now"], r["free_gpus"], r["cluster_gpus"], r["queued"]) for r in point}
         assert len(moment) == 1, "one scheduling point each"
     rows = [r for p in points for r in p]
     assert {r["slow_link"] for r in rows} == {0.0, 1.0}, "groups on one link and across sockets or nodes"
     assert {r["video"] for r in rows} == {0.0, 1.0}, "image and video requests"
     assert min(r["slack_after"] for r in rows) < 0 < max(r["slack_after"] for r in rows), "late and in time"
-    assert TARGET.behaviour_sample("score") == points, "the same sample every time"
     assert TARGET.behaviour_cuts("score") == (0.0,)
     with pytest.raises(KeyError):
         TARGET.behaviour_sample("priority")
