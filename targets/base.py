@@ -31,6 +31,9 @@ class Feature:
     clock: bool = False
     """A moment on the trace's clock, not a span: it only grows, so comparing it to a constant splits the
     trace in time (a regime for its first minutes) and later traffic never sees but one side."""
+    shared: bool = False
+    """The same for every alternative of one decision (the arriving request, for a router choosing among
+    instances): alone it cannot change which alternative wins, only which rule picks it (a regime)."""
 
     @property
     def shown_unit(self) -> str:

@@ -11,7 +11,13 @@ _TOKENS = 1.0e7
 ROUTE_FEATURES = FeatureRegistry(
     (
         Feature(
-            "prompt_tokens", "tokens", 1.0, _TOKENS, "the arriving request's prompt tokens", integer=True
+            "prompt_tokens",
+            "tokens",
+            1.0,
+            _TOKENS,
+            "the arriving request's prompt tokens",
+            integer=True,
+            shared=True,
         ),
         Feature(
             "prompt_blocks",
@@ -20,6 +26,7 @@ ROUTE_FEATURES = FeatureRegistry(
             _TOKENS,
             "blocks of its prompt (the trace's prefix blocks)",
             integer=True,
+            shared=True,
         ),
         Feature(
             "cached_blocks",
@@ -33,7 +40,9 @@ ROUTE_FEATURES = FeatureRegistry(
             "uncached_tokens", "tokens", 0.0, _TOKENS, "prompt tokens this instance would have to prefill"
         ),
         Feature("match", "share", 0.0, 1.0, "cached_blocks / prompt_blocks"),
-        Feature("best_match", "share", 0.0, 1.0, "the highest match over every instance of the fleet"),
+        Feature(
+            "best_match", "share", 0.0, 1.0, "the highest match over every instance of the fleet", shared=True
+        ),
         Feature(
             "instance", "index", 0.0, 1024.0, "this instance's position in the fleet (0 first)", integer=True
         ),
@@ -91,6 +100,7 @@ ROUTE_FEATURES = FeatureRegistry(
             _INF,
             "the fewest outstanding requests of any instance",
             integer=True,
+            shared=True,
         ),
         Feature(
             "max_outstanding",
@@ -99,12 +109,25 @@ ROUTE_FEATURES = FeatureRegistry(
             _INF,
             "the most outstanding requests of any instance",
             integer=True,
+            shared=True,
         ),
         Feature(
-            "min_queued", "requests", 0.0, _INF, "the fewest queued requests of any instance", integer=True
+            "min_queued",
+            "requests",
+            0.0,
+            _INF,
+            "the fewest queued requests of any instance",
+            integer=True,
+            shared=True,
         ),
         Feature(
-            "max_queued", "requests", 0.0, _INF, "the most queued requests of any instance", integer=True
+            "max_queued",
+            "requests",
+            0.0,
+            _INF,
+            "the most queued requests of any instance",
+            integer=True,
+            shared=True,
         ),
         Feature(
             "routed_blocks",
@@ -116,7 +139,14 @@ ROUTE_FEATURES = FeatureRegistry(
             integer=True,
         ),
         Feature("routed_match", "share", 0.0, 1.0, "routed_blocks / prompt_blocks"),
-        Feature("best_routed_match", "share", 0.0, 1.0, "the highest routed_match over every instance"),
+        Feature(
+            "best_routed_match",
+            "share",
+            0.0,
+            1.0,
+            "the highest routed_match over every instance",
+            shared=True,
+        ),
     ),
     relations=(
         "cached_blocks <= prompt_blocks",

@@ -201,6 +201,8 @@ def test_a_behaviour_sample_holds_only_states_within_every_domain_and_relation(t
                     assert f.low <= row[f.name] <= f.high, (signature.name, f.name)
                 for relation in registry.relations:
                     assert eval(relation, {}, dict(row)), (signature.name, relation)
+            for f in registry.features:
+                assert not f.shared or len({row[f.name] for row in decision}) == 1, f"{f.name} is shared"
         assert target.behaviour_sample(signature.name) == decisions, "the same sample every time"
 
 

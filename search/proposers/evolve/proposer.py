@@ -393,12 +393,15 @@ def _guard(d: _Draft) -> str | None:
 
 def _switch(d: _Draft) -> str | None:
     """Insert `if b.<f> > p.t_k: return <another key>` before the final statement: a regime switch whose
-    threshold Optuna tunes; the other key is an inspiration's whole function or a new term."""
+    threshold Optuna tunes; the other key is an inspiration's whole function or a new term. Half the time
+    the test reads a shared feature where the registry has some: there the whole decision follows one rule,
+    where a test of a feature that differs between alternatives ranks them by two rules at once."""
     body = d.fn.body
     last = body[-1]
     if not isinstance(last, ast.Return) or last.value is None:
         return None
-    f = d.feature(clocks=False)
+    shared = [f for f in d.registry.features if f.shared and not f.clock]
+    f = d.rng.choice(shared) if shared and d.rng.random() < 0.5 else d.feature(clocks=False)
     if f.integer and f.high - f.low <= 1:
         threshold = _num(0.5)
     else:  # a log range on a drawn decade, cut at the feature's floor, so that both regimes can occur

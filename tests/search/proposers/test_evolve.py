@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from search.loop.search import domains
+import targets
+from search.loop.search import brief, domains
 from search.proposers.base import Entry, Proposal, ProposalFailed, ProposalRequest, TargetBrief
 from search.proposers.evolve.proposer import OPERATORS, EvolveProposer
 from targets.kv.features import BLOCK_FEATURES
@@ -263,3 +264,21 @@ def test_an_operator_whose_children_behaved_as_evaluated_programs_is_drawn_less(
     plain = operators(())
     damped = operators(("add_term: + weighted b.hits",) * 2)
     assert damped.count("add_term") < plain.count("add_term") / 4
+
+
+def test_a_regime_switch_of_a_router_tests_a_feature_every_instance_shares_half_the_time() -> None:
+    serving = targets.load("serving")
+    registry = serving.registry("route")
+    shared = {f.name for f in registry.features if f.shared}
+    assert {"prompt_tokens", "prompt_blocks", "best_match"} <= shared < set(registry.names)
+    parent = Entry(0, serving.baselines()["mooncake_conductor"], 0.0)
+    tested = []
+    for seed in range(240):
+        request = ProposalRequest(brief(serving), parent, (), (), seed)
+        note = EvolveProposer(weights={"switch": 1.0}).propose(request).note
+        if note.startswith("switch: + regime switch: if s."):
+            tested.append(note.removeprefix("switch: + regime switch: if s.").split()[0])
+    uniform = len(shared) / len(registry.names)  # the share a draw over every feature would give
+    assert len(tested) > 40
+    assert sum(name in shared for name in tested) / len(tested) > uniform + 0.15  # half of them, and more
+    assert set(tested) - shared, "features that differ between instances are tested too"
