@@ -19,7 +19,7 @@ from verifiers.properties import Property, common
 from verifiers.static import check
 
 from .batch import GENERATED, Batch, load_batch
-from .bound import LARGEST_PASS, lower_bound_s
+from .bound import LARGEST_PASS, Engine, lower_bound_s
 from .export import vllm_offline_export
 from .features import SEQUENCE_FEATURES
 from .offline_loop import BatchStuck, Machine, Ran, run_batch
@@ -184,7 +184,7 @@ class BatchingOfflineTarget(TargetBase):
         if name != "lower_bound":
             raise KeyError(f"unknown built-in baseline {name!r} (have {', '.join(self.builtin_baselines())})")
         batch = instance_batch(instance)
-        bound = _bound(batch, str(instance.config["deployment"]))
+        bound = _bound(batch, *_engine_of(instance.config))
         return {"makespan_s": bound, "output_tok_s": float(batch.output.sum()) / bound, "vs_bound": 1.0}
 
 
@@ -242,7 +242,7 @@ def _metrics(
     batch = instance_batch(instance)
     on = str(instance.config["deployment"])
     machine = machine_of(batch, instance.config, budget, seqs)
-    bound = _bound(batch, on)
+    bound = _bound(batch, *_engine_of(instance.config))
     try:
         ran = run_batch(
             key, params, _features(batch), batch.prompt, batch.output, batch.offsets, batch.units, machine,
@@ -288,9 +288,21 @@ def _features(batch: Batch) -> np.ndarray:
     return batch.features()
 
 
+def _engine_of(config: Mapping[str, Any]) -> tuple[str, int, int]:
+    """What the bound depends on in a configuration: the deployment, the block size, a fixed pool (or 0)."""
+    config = configured(config)
+    return str(config["deployment"]), int(config["block_tokens"]), int(config.get("capacity") or 0)
+
+
 @functools.lru_cache(maxsize=8)
-def _bound(batch: Batch, on: str) -> float:
-    return lower_bound_s(batch, _pricing(on, LARGEST_PASS, LARGEST_PASS))
+def _bound(batch: Batch, on: str, block_tokens: int, capacity: int) -> float:
+    """The batch's lower bound over every budget and cap a candidate may set (the pool follows from them
+    unless `capacity` fixes it)."""
+    if capacity:
+        engine = Engine(block_tokens, lambda budget, cap: capacity)
+    else:
+        engine = Engine(block_tokens, functools.partial(deployment(on).kv_blocks, block_tokens))
+    return lower_bound_s(batch, _pricing(on, LARGEST_PASS, LARGEST_PASS), engine)
 
 
 @functools.lru_cache(maxsize=16)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from targets.base import Instance, WorkloadError
@@ -49,6 +50,63 @@ def test_every_baseline_finishes_the_batch_no_sooner_than_the_lower_bound() -> N
             assert metrics["makespan_s"] >= bound, (workload, name)
             assert metrics["vs_bound"] == pytest.approx(metrics["makespan_s"] / bound)
             assert 0 < metrics["peak_kv"] <= 1
+
+
+ORDERS = (
+    "-r.order",
+    "r.prompt",
+    "-r.prompt",
+    "r.output",
+    "-r.output",
+    "-r.prefix_rank",
+    "r.output - r.prompt",
+)
+
+
+@pytest.mark.parametrize(
+    ("workload", "config"),
+    [(SMALL, {}), (SMALL, {"capacity": 2500}), (SMALL, {"block_tokens": 64}), (MOONCAKE, {})],
+)
+def test_no_order_budget_or_cap_finishes_sooner_than_the_lower_bound(
+    workload: str, config: dict[str, object]
+) -> None:
+    rng = np.random.default_rng(len(config))
+    (train, _) = TARGET.instances(workload, {**config, "train_share": 0.25})
+    bound = TARGET.evaluate_builtin("lower_bound", train)["makespan_s"]
+    ratios = []
+    for order in ORDERS:
+        budget, cap = (
+            np.exp(rng.uniform(np.log(64), np.log(65536))),
+            np.exp(rng.uniform(np.log(8), np.log(4096))),
+        )
+        knobs = (
+            f'PARAMS = {{"token_budget": (1.0, 65536.0, "log", {budget}),\n'
+            f'          "max_seqs": (1.0, 65536.0, "log", {cap})}}'
+        )
+        metrics = TARGET.evaluate(
+            check(f"{knobs}\n\ndef priority(r, p):\n    return {order}\n", TARGET.signatures), train, {}
+        )
+        assert metrics["unfinished"] == 0 and metrics["lower_bound_s"] == bound
+        ratios.append(metrics["makespan_s"] / bound)
+    assert min(ratios) >= 1.0
+
+
+def test_the_bound_counts_the_passes_a_pool_allows() -> None:
+    """Every decoding sequence holds its blocks through a pass: a smaller pool needs more passes, each
+    paying a pass's fixed cost; the bound rises with it, and vLLM's order stays above it."""
+    bounds = []
+    for capacity in (40000, 8000, 2500):
+        (_, whole) = TARGET.instances(SMALL, {"capacity": capacity})
+        bounds.append(TARGET.evaluate_builtin("lower_bound", whole)["makespan_s"])
+        assert evaluate(SMALL, TARGET.baselines()["vllm_fcfs"], capacity=capacity)["makespan_s"] >= bounds[-1]
+    assert bounds[0] < bounds[1] < bounds[2]
+
+
+def test_the_bound_is_close_to_what_the_best_baseline_reaches() -> None:
+    """A bound far below every schedule says little: on a batch without shared prefixes the best baseline
+    comes within 10 % of it."""
+    best = min(metrics["vs_bound"] for metrics in baselines(SMALL).values())
+    assert 1.0 <= best < 1.1
 
 
 def test_grouping_by_prefix_shortens_a_batch_that_shares_prefixes() -> None:
