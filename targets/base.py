@@ -578,6 +578,11 @@ class Target(Protocol):
         """PARAMS names the mechanism reads besides the key: their values are part of a behaviour."""
         ...
 
+    def knobs(self) -> tuple[str, ...]:
+        """The mechanism params a search tunes beside the key (an engine's settings): the offline proposer
+        keeps a parent's in its children and may take an inspiration's."""
+        ...
+
     def commands(self) -> tuple[Command, ...]:
         """The target's own commands (e.g. DiT's `plan`); most targets have none."""
         ...
@@ -649,6 +654,10 @@ class TargetBase:
 
     def mechanism_params(self) -> tuple[str, ...]:
         """None: the mechanism reads no PARAMS of its own."""
+        return ()
+
+    def knobs(self) -> tuple[str, ...]:
+        """None: a search tunes the key at the engine settings the options give."""
         return ()
 
     def commands(self) -> tuple[Command, ...]:

@@ -73,6 +73,7 @@ def brief(
         registries={s.name: _registry(target, s) for s in written},
         objective=chosen.metric,
         direction=chosen.direction,
+        knobs=target.knobs(),
     )
 
 

@@ -37,6 +37,9 @@ class TargetBrief:
     registries: dict[str, FeatureRegistry]
     objective: str
     direction: str
+    knobs: tuple[str, ...] = ()
+    """Engine settings the mechanism reads from PARAMS that a search tunes beside the key (Target.knobs):
+    kept though no function reads them."""
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,11 @@ class BatchingOfflineTarget(TargetBase):
         """The loop reads the budget and the batch cap from PARAMS: keys that order alike differ by them."""
         return (TOKEN_BUDGET, MAX_SEQS)
 
+    def knobs(self) -> tuple[str, ...]:
+        """The budget and the cap are the batch's levers beside its order (vLLM's max_num_batched_tokens and
+        max_num_seqs): a search tunes them with the key."""
+        return (TOKEN_BUDGET, MAX_SEQS)
+
     def properties(self) -> tuple[Property, ...]:
         return common("priority", -1.0e300, 1.0e300, subject="The priority", inputs="sequence")
 

@@ -185,6 +185,7 @@ def test_hooks_answer_in_their_declared_types(target: Any) -> None:
     for engine, export in target.exports().items():
         assert set(export.features) <= set(target.registry(export.signature).names), (target.name, engine)
     assert all(isinstance(p, str) for p in target.mechanism_params())
+    assert set(target.knobs()) <= set(target.mechanism_params()), "a knob is a param the mechanism reads"
     assert isinstance(target.ranks_unseen(), bool)
     assert not target.ranks_unseen() or windowed(target), f"{target.name} ranks on unseen requests it has not"
 

@@ -4,8 +4,9 @@ Each proposal copies the parent's decision function and applies one operator dra
 weighted term built from the target's features, swap a feature, make a literal tunable, delete or replace
 a term, change an operator, wrap an expression, insert a guard, switch regime (above a tunable threshold
 of a feature, another key: an inspiration's or a new term), or cross over with an inspiration (splice
-one of its subexpressions in, or blend the two return values). New constants become PARAMS with ranges
-rather than literals, because Optuna tunes them afterwards. Every child is checked before it leaves:
+one of its subexpressions in, blend the two return values, or take an engine knob it sets, such as a
+token budget the mechanism reads from PARAMS). New constants become PARAMS with ranges rather than
+literals, because Optuna tunes them afterwards. Every child is checked before it leaves:
 it differs from the parent, stays under the size caps, adds no operation that may fault over the feature
 domains (by interval bounds, ahead of the Z3 verifier), and passes `verifiers.static.check`; an operator
 that fails is retried with another draw, and `ProposalFailed` is raised after `tries` failures. An
@@ -57,6 +58,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
         "switch": 1.0,
         "splice": 1.5,
         "blend": 0.5,
+        "knobs": 1.0,
     }
 )
 """Operator weights; growth operators are damped and deletion favoured once a program is at a cap."""
@@ -65,7 +67,7 @@ _GROWTH = frozenset({"add_term", "tune_literal", "wrap", "guard", "switch", "spl
 REPEAT_DAMPING = 0.25
 """An operator's weight is multiplied by this for each of the parent's children it made that behaved as an
 evaluated program."""
-_CROSSOVER = frozenset({"splice", "blend"})
+_CROSSOVER = frozenset({"splice", "blend", "knobs"})
 _BOUNDING = frozenset({"min", "max", "clamp"})
 """Calls that bound their first argument by constants: as a comparison does, no place for a clock feature."""
 
@@ -129,6 +131,8 @@ class _Draft:
     registry: FeatureRegistry
     params: dict[str, ParamRange]
     donors: tuple[_Donor, ...]
+    knobs: tuple[str, ...] = ()
+    """The engine settings the target lets a search tune (TargetBrief.knobs)."""
 
     def state(self, name: str) -> ast.expr:
         return _attr(self.sig.state_arg, name)
@@ -462,6 +466,27 @@ def _blend(d: _Draft) -> str | None:
     return f"+ weighted {donor.name}"
 
 
+def _knobs(d: _Draft) -> str | None:
+    """Take an engine knob an inspiration sets (its range and default) in place of the parent's, or where the
+    parent leaves the engine's default: the mechanism reads it, so Optuna tunes it with the key."""
+    offers = _knob_offers(d)
+    if not offers:
+        return None
+    donor, name = d.rng.choice(offers)
+    d.params[name] = donor.params[name]
+    return f"takes {name} from {donor.name}"
+
+
+def _knob_offers(d: _Draft) -> list[tuple[_Donor, str]]:
+    """The (inspiration, knob) pairs that would change the draft's knobs."""
+    return [
+        (donor, name)
+        for donor in d.donors
+        for name in d.knobs
+        if name in donor.params and d.params.get(name) != donor.params[name]
+    ]
+
+
 OPERATORS: Mapping[str, Operator] = MappingProxyType(
     {
         "add_term": _add_term,
@@ -475,6 +500,7 @@ OPERATORS: Mapping[str, Operator] = MappingProxyType(
         "switch": _switch,
         "splice": _splice,
         "blend": _blend,
+        "knobs": _knobs,
     }
 )
 
@@ -514,14 +540,18 @@ class EvolveProposer:
         donors = tuple(d for e in request.inspirations if (d := _donor(e.name, e.source, sig, brief)))
         repeated = Counter(note.split(":")[0] for note in request.repeated)
         before = _canonical(functions.values())
+        knobs_before = _knobs_of(params, brief.knobs)
         unsafe_before = set(_unsafe(functions[sig.name], sig, registry, params))
         reason = "no operator applied"
         for _ in range(self.tries):
             fn = _strip(copy.deepcopy(functions[sig.name]))
-            draft = _Draft(rng, fn, sig, registry, dict(params), donors)
+            draft = _Draft(rng, fn, sig, registry, dict(params), donors, brief.knobs)
             op = self._pick(rng, draft, repeated)
             if op is None:
-                raise ProposalFailed("evolve: only crossover is weighted and there are no inspirations")
+                raise ProposalFailed(
+                    "evolve: only crossover is weighted and no inspiration offers material (none given, or "
+                    "none sets an engine knob the parent lacks)"
+                )
             what = OPERATORS[op](draft)
             if what is None:
                 reason = f"{op} did not apply"
@@ -529,8 +559,8 @@ class EvolveProposer:
             _Fold().visit(fn)
             _drop_dead_locals(fn)
             children = {name: fn if name == sig.name else other for name, other in functions.items()}
-            kept = _referenced(draft.params, children.values(), brief.signatures)
-            if _canonical(children.values()) == before:
+            kept = _referenced(draft.params, children.values(), brief.signatures, brief.knobs)
+            if _canonical(children.values()) == before and _knobs_of(kept, draft.knobs) == knobs_before:
                 reason = f"{op} left the program unchanged"
             elif len(kept) > self.max_params:
                 reason = f"{op} needs {len(kept)} params (cap {self.max_params})"
@@ -559,6 +589,8 @@ class EvolveProposer:
         for name, weight in self.weights.items():
             if name in _CROSSOVER and not draft.donors:
                 continue
+            if name == "knobs" and not _knob_offers(draft):
+                continue  # drawn only where an inspiration offers a knob the parent lacks
             if full and name in _GROWTH:
                 weight *= 0.1
             elif full and name == "delete":
@@ -654,12 +686,20 @@ def _canonical(functions: Iterable[ast.FunctionDef]) -> tuple[str, ...]:
 
 
 def _referenced(
-    params: Mapping[str, ParamRange], functions: Iterable[ast.FunctionDef], signatures: tuple[Signature, ...]
+    params: Mapping[str, ParamRange],
+    functions: Iterable[ast.FunctionDef],
+    signatures: tuple[Signature, ...],
+    knobs: tuple[str, ...],
 ) -> dict[str, ParamRange]:
-    """The params some function still reads, in declaration order; the rest are dropped."""
+    """The params some function still reads, and the mechanism's knobs, in declaration order; the rest are
+    dropped."""
     by_name = {s.name: s.params_arg for s in signatures}
     used = {n.attr for fn in functions for n in ast.walk(fn) if _is_attr(n, by_name.get(fn.name, ""))}
-    return {name: p for name, p in params.items() if name in used}
+    return {name: p for name, p in params.items() if name in used or name in knobs}
+
+
+def _knobs_of(params: Mapping[str, ParamRange], knobs: tuple[str, ...]) -> dict[str, ParamRange]:
+    return {name: p for name, p in params.items() if name in knobs}
 
 
 def _donor(name: str, source: str, sig: Signature, brief: TargetBrief) -> _Donor | None:
