@@ -1,11 +1,12 @@
-"""Parent #42 with prompt -> output."""
+"""Parent #46 + weighted r.prefix_rank from #4."""
 
 PARAMS = {
-    "w_1": (0.01, 100.0, "log", 59.40045045252959),
-    "w_2": (0.1, 1000.0, "log", 3.878421067979099),
-    "w_3": (1.0, 10000.0, "log", 1.3524471764436885),
+    "token_budget": (512.0, 32768.0, "log", 5542.573399269201),
+    "max_seqs": (16.0, 2048.0, "log", 47.679272753176505),
+    "w_1": (0.0001, 1.0, "log", 0.045249959959512746),
+    "w_2": (1.0, 10000.0, "log", 877.2876381205889),
 }
 
 
 def priority(r, p):
-    return -r.output + p.w_1 * r.prefix_rank + p.w_2 * r.output + p.w_3 * (1 / (1 + r.output))
+    return -r.shared + p.w_1 * sqrt(r.preemptions) + p.w_2 * r.prefix_rank

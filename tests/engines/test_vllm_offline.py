@@ -2,7 +2,8 @@
 Crucible's offline loop (targets/batching_offline/offline_loop.py) on the same batch, all at time zero.
 
 The program (bench/policies/offline_mooncake_seed1.py, found on the Mooncake batch) reads each sequence's
-output and its place in the prefix order, so the prompts here are token ids that share prefixes: vLLM's
+place in the prefix order, the prompt tokens it shares with another and its preemptions, so the prompts
+here are token ids that share prefixes: vLLM's
 export ranks them by their tokens, Crucible by their prefix blocks (one per KV block here), and both give
 every sequence the same place. Prefix caching is off on both sides, so the order and the budget rules
 decide alone: scored when it joins the queue, the running list served in score order, admission stopping
