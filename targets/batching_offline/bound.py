@@ -59,20 +59,22 @@ def lower_bound_s(batch: Batch, pricing: Pricing, engine: Engine) -> float:
     longest = -(-int((batch.prompt + batch.output).max()) // engine.block_tokens)
     budgets = _grid(engine.largest_budget)
     caps = _grid(min(engine.largest_cap, batch.n))
-    token_lines = [_lines(pricing.linear, int(b)) for b in budgets[1:]]
-    row_lines = [_lines(pricing.head, int(c)) for c in caps[1:]]
+    # cell (i, j): budgets up to budgets[i + 1] and caps up to caps[j + 1], with the pool of its low corner
+    pools = np.array([[engine.pool(int(b), int(c)) for c in caps[:-1]] for b in budgets[:-1]], np.float64)
+    passes = np.maximum.reduce([
+        np.ceil(held / np.maximum(pools, 1.0)),
+        np.broadcast_to(np.ceil(tokens / budgets[1:, None]), pools.shape),
+        np.broadcast_to(np.ceil(rows / caps[None, 1:]), pools.shape),
+        np.full(pools.shape, float(output.max())),
+    ])  # fmt: skip
+    token_a, token_s = _lines(pricing.linear, budgets[1:])
+    row_a, row_s = _lines(pricing.head, caps[1:])
+    ms = np.max(token_a[:, None, :] * passes[:, :, None] + token_s[:, None, :] * tokens, axis=2)
+    ms += np.max(row_a[None, :, :] * passes[:, :, None] + row_s[None, :, :] * rows, axis=2) + fixed
     weights_ms, key_ms = pricing.floor
-    best = np.inf
-    for i, budget in enumerate(budgets[1:]):
-        for j, cap in enumerate(caps[1:]):
-            blocks = engine.pool(int(budgets[i]), int(caps[j]))  # the most any setting in the cell has
-            if blocks < longest:
-                continue  # the longest sequence fits no setting in the cell: none runs the batch
-            passes = max(-(-held // blocks), np.ceil(tokens / budget), np.ceil(rows / cap), output.max())
-            ms = _least(token_lines[i], passes, tokens) + _least(row_lines[j], passes, rows) + fixed
-            ms = max(ms, weights_ms * passes + key_ms * (keys + np.sum(prompt - hit)))
-            best = min(best, ms)
-    return float(best) / 1e3
+    ms = np.maximum(ms, weights_ms * passes + key_ms * (keys + float(np.sum(prompt - hit))))
+    ms[pools < longest] = np.inf  # the longest sequence fits no setting of the cell: none runs the batch
+    return float(ms.min()) / 1e3
 
 
 def _grid(largest: int) -> np.ndarray:
@@ -82,21 +84,19 @@ def _grid(largest: int) -> np.ndarray:
     return np.unique(np.minimum(np.round(2.0**steps), largest).astype(np.int64))
 
 
-def _lines(table: np.ndarray, most: int) -> list[tuple[float, float]]:
-    """Lines a + s·x below the table on 1..most with a >= 0: its chord there (below it where the table is
-    concave, lowered where not) and the cheapest rate through zero."""
-    x = np.arange(1, most + 1, dtype=np.float64)
-    y = table[1 : most + 1]
-    slopes = [float(np.min(y / x))]
-    if most > 1:
-        slopes.append(float((y[-1] - y[0]) / (most - 1)))
-    lines = [(float(np.min(y - s * x)), s) for s in slopes]
-    return [(a, s) for a, s in lines if a >= 0 and s >= 0]
-
-
-def _least(lines: list[tuple[float, float]], passes: float, total: float) -> float:
-    """The least milliseconds of `passes` passes over `total` tokens or rows, by the best of the lines."""
-    return max(a * passes + s * total for a, s in lines)
+def _lines(table: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each size m, two lines a + s·x below the price table on 1..m with a >= 0 (rows of a and of s):
+    its chord there (lowered where the table is not concave) and the cheapest rate through zero. A line
+    that would need a < 0 is (0, 0), which bounds nothing."""
+    a, s = np.zeros((sizes.size, 2)), np.zeros((sizes.size, 2))
+    for i, m in enumerate(sizes.tolist()):
+        x = np.arange(1, m + 1, dtype=np.float64)
+        y = table[1 : m + 1]
+        for k, slope in enumerate((float(np.min(y / x)), float((y[-1] - y[0]) / max(m - 1, 1)))):
+            intercept = float(np.min(y - slope * x))
+            if intercept >= 0 and slope >= 0:
+                a[i, k], s[i, k] = intercept, slope
+    return a, s
 
 
 def _held_blocks(batch: Batch, hit: np.ndarray, block_tokens: int) -> float:
