@@ -54,4 +54,4 @@ def run(args: argparse.Namespace) -> None:
         except KeyboardInterrupt:
             print(f"stopped {args.model}", file=sys.stderr)
             return
-    raise UserError(f"the llama.cpp server for {args.model} stopped by itself")
+    raise UserError(f"the llama.cpp server for {args.model} stopped by itself ({server.ending()})")

@@ -5,8 +5,10 @@ outside the subset, copies of the parent), alone and mixed with the offline prop
 proposal with its outcome, seconds, tokens and replies, fits every target's prompt into the model's real
 context, and stops at once when interrupted mid-call. What they do not show: that the model writes better
 heuristics than the offline proposer, or what share of its proposals pass the checker (on 2 or 3
-proposals that share swings from a third to all: a measurement, not a test, in bench/llm_local.py on the
-LLM guide's page), nor how a larger model behaves.
+proposals that share swings from none to all: a measurement, not a test, in bench/llm_local.py on the
+LLM guide's page), nor how a larger model behaves. Each call carries the proposal's seed, so the replies
+follow from the prompt: the kv search at seed 1 had the same four outcomes in CI and here, none evaluated,
+and a check that one passes would hold or fail by the prompt's wording, not by the loop's code.
 Skipped when `bash .ci/llm-local` has not built the model's environment; required where
 CRUCIBLE_REQUIRE_LLM_LOCAL=1 (CI).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -116,12 +119,17 @@ def model_proposals(report: dict[str, Any]) -> list[dict[str, Any]]:
 def test_a_kv_search_with_the_local_model_records_every_proposal_with_its_outcome(
     server: LocalServer, tmp_path: Path
 ) -> None:
-    report = search(server, tmp_path / "runs.db", "kv", "llm", "--budget", "2")
+    report = search(server, tmp_path / "runs.db", "kv", "llm", "--budget", "2", "--llm-repairs", "1")
     mine = model_proposals(report)
     made = [p for p in mine if p["seq"] is not None]
     assert len(made) == sum(report["counts"].values()) >= 2, "every candidate is a proposal listed"
     assert report["tokens"] > 0
-    assert any(p["outcome"] == "evaluated" for p in made), "at least one passes Z3 and is evaluated"
+    for p in made:  # past the checker, on to Z3 and the sandbox; outside it, stored with the checker's words
+        if p["replies"][-1] == "ok":
+            assert p["outcome"] != "rejected" or p["message"].startswith("verification: "), p
+        else:
+            assert p["replies"][-1] == "static-check", p
+            assert p["outcome"] == "rejected" and p["message"].startswith("static check: "), p
 
 
 def test_a_batching_search_mixing_the_local_model_with_the_offline_proposer(
@@ -198,6 +206,32 @@ def test_each_targets_prompt_is_estimated_long_so_a_fitted_turn_fits_the_real_co
     fitted = real_tokens(server, templates.fitted(request, [], room))
     print(f"{name}: fitted into {room}: {fitted}")
     assert fitted <= room
+
+
+def test_a_server_that_crashes_says_how_it_ended(tmp_path: Path) -> None:
+    """A native crash in llama.cpp (a SIGSEGV, as an AMX instruction a virtual machine refuses raises) leaves
+    nothing in the server's log: `crucible llm serve` names the signal."""
+    serving = subprocess.Popen(
+        [CRUCIBLE, "llm", "serve", "--model", MODEL, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert serving.stdout is not None
+        ready = serving.stdout.readline()
+        if not ready:  # not installed: the fixtures' rule, skipped here, required in CI
+            if os.environ.get("CRUCIBLE_REQUIRE_LLM_LOCAL") == "1":
+                pytest.fail(serving.communicate()[1])
+            pytest.skip(serving.communicate()[1])
+        assert json.loads(ready)["model"] == MODEL
+        children = Path(f"/proc/{serving.pid}/task/{serving.pid}/children").read_text().split()
+        for child in children:
+            os.kill(int(child), signal.SIGSEGV)
+        _, err = serving.communicate(timeout=30)
+    finally:
+        serving.kill()
+    assert serving.returncode != 0, err
+    assert err.strip().splitlines()[-1].endswith("stopped by itself (killed by SIGSEGV)"), err
+    assert "Traceback" not in err
 
 
 def test_ctrl_c_during_a_local_models_reply_ends_the_run_at_once(server: LocalServer, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ it; `crucible llm serve` and the llm_local tests use it. Nothing is downloaded a
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -107,7 +108,7 @@ class LocalServer:
             if self.process.poll() is not None:
                 self.log.seek(0)
                 said = self.log.read().decode(errors="replace").strip()
-                last = said.splitlines()[-1] if said else f"exit {self.process.returncode}"
+                last = said.splitlines()[-1] if said else self.ending()
                 raise UserError(f"the llama.cpp server for {self.name} stopped: {last}")
             if self._ready():
                 return self
@@ -121,6 +122,16 @@ class LocalServer:
                 return reply.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+    def ending(self) -> str:
+        """How the server's process ended, in words: its exit status, or the signal that killed it (a native
+        crash in llama.cpp is SIGSEGV or SIGILL, with nothing in its log)."""
+        code = self.process.returncode if self.process is not None else None
+        if code is None:
+            return "still running"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit {code}"
 
     def stop(self) -> None:
         """Stop the server: asked first, then killed after 10 s."""
