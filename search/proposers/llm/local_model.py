@@ -129,9 +129,10 @@ class LocalServer:
         code = self.process.returncode if self.process is not None else None
         if code is None:
             return "still running"
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit {code}"
+        if code >= 0:
+            return f"exit {code}"
+        named = {int(s): s.name for s in signal.Signals}
+        return f"killed by {named.get(-code, f'signal {-code}')}"
 
     def stop(self) -> None:
         """Stop the server: asked first, then killed after 10 s."""
